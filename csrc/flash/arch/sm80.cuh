@@ -1,0 +1,161 @@
+// NVIDIA sm80+ primitives: the only place that spells PTX.
+//
+// MMA atom: mma.sync m16n8k16, fp16/bf16 inputs, fp32 accumulators. Lane L of a warp, with
+// g = L / 4 and t = L % 4, holds:
+//   A (16x16, 4 regs of 2 halves): a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
+//   B (16x8, 2 regs):              b0 = B[2t..2t+1][g],  b1 = B[2t+8..2t+9][g]
+//   C (16x8, 4 fp32):              c0, c1 = C[g][2t], C[g][2t+1];  c2, c3 = C[g+8][2t], C[g+8][2t+1]
+// ldmatrix.x4 loads four 8x8 b16 matrices; lane L gives the address of row L % 8 of matrix L / 8
+// and receives, per matrix, row g cols 2t..2t+1 (or, with .trans, col g rows 2t..2t+1).
+#pragma once
+
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace flash {
+namespace arch {
+
+constexpr int kWarpSize = 32;
+
+__device__ __forceinline__ uint32_t smem_address(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// 16-byte global -> shared copy that bypasses registers; zero-fills the destination when !valid
+// (no bytes are read then, but `src` must still be a mapped address).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(src_bytes));
+}
+
+// 4-byte variant for float vectors whose rows are not 16-byte aligned (lse, dsum).
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Wait until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(smem_row)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(smem_row)));
+}
+
+template <typename T>
+struct Mma16816;
+
+template <>
+struct Mma16816<__half> {
+  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+
+template <>
+struct Mma16816<__nv_bfloat16> {
+  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  Mma16816<T>::run(c, a, b);
+}
+
+// Two fp32 values -> one register of two T, `lo` in the low half (the lower column index).
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi);
+
+template <>
+__device__ __forceinline__ uint32_t pack_pair<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+template <>
+__device__ __forceinline__ uint32_t pack_pair<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T x);
+
+template <>
+__device__ __forceinline__ float to_float<__half>(__half x) {
+  return __half2float(x);
+}
+
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+__device__ __forceinline__ float shuffle_xor(float value, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, value, lane_mask);
+}
+
+// The 4 lanes of a quad (same g) hold one accumulator row: reduce across them.
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, shuffle_xor(v, 1));
+  return fmaxf(v, shuffle_xor(v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += shuffle_xor(v, 1);
+  return v + shuffle_xor(v, 2);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int mask = kWarpSize / 2; mask > 0; mask /= 2) v += shuffle_xor(v, mask);
+  return v;
+}
+
+// 2^x on the special-function unit; exp2(-inf) = 0.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// dst[0] += a, dst[1] += b; dst 8-byte aligned. One vector reduction on sm90, two scalar before.
+__device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+#endif
+}
+
+// Accumulator element r (0..3) of lane `lane` sits at row acc_row(lane, r), col acc_col(lane, r)
+// of its 16x8 tile.
+__device__ __forceinline__ int acc_row(int lane, int r) { return lane / 4 + 8 * (r / 2); }
+__device__ __forceinline__ int acc_col(int lane, int r) { return 2 * (lane % 4) + (r % 2); }
+
+}  // namespace arch
+}  // namespace flash

@@ -1,0 +1,235 @@
+// Backward by recomputation: one CTA per (block of kBlockN keys, head, batch). K and V stay in
+// shared memory; the CTA walks the query blocks that can see its keys and, per block:
+//   1. S^T = K.Q^T and dP^T = V.dO^T                         (kBlockN x kBlockM, warps on a grid)
+//      P^T = exp(scale * S^T - lse), dS^T = P^T * (dP^T - dsum) * scale  -> shared memory
+//   2. dV += P^T.dO,  dK += dS^T.Q                            (kBlockN x kHeadDim, registers)
+//   3. dQ += dS.K, added into a float32 buffer with atomics    (kBlockM x kHeadDim)
+// Each phase has its own warp layout, so every head dim gets a register-sized warp tile.
+// With two stages, the next query block's Q, dO, lse and dsum load during the current one.
+#pragma once
+
+#include "arch/arch.cuh"
+#include "common.cuh"
+#include "mask.cuh"
+#include "params.h"
+#include "tile_io.cuh"
+
+namespace flash {
+
+// A warp layout of a (kRows x kCols) product over kWarps warps: kWarpsAlongRows x (the rest).
+template <int kRows, int kCols, int kWarps, int kWarpsAlongRows>
+struct WarpGrid {
+  static constexpr int kWarpRows = kRows / kWarpsAlongRows;
+  static constexpr int kWarpCols = kCols / (kWarps / kWarpsAlongRows);
+  static constexpr int kMT = kWarpRows / arch::kAtomM;
+  static constexpr int kNT = kWarpCols / arch::kAtomN;
+  static_assert(kWarps % kWarpsAlongRows == 0, "warps split evenly");
+  static_assert(kWarpRows % arch::kAtomM == 0 && kWarpCols % (2 * arch::kAtomN) == 0, "whole atoms per warp");
+
+  __device__ __forceinline__ static int row0(int warp) { return (warp % kWarpsAlongRows) * kWarpRows; }
+  __device__ __forceinline__ static int col0(int warp) { return (warp / kWarpsAlongRows) * kWarpCols; }
+};
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kScoreWarpsAlongKeys, int kKVWarpsAlongKeys,
+          int kDqWarpsAlongQueries>
+struct BwdConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;  // queries per step
+  static constexpr int kBlockN = kBlockN_;  // keys per CTA
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kThreads = kWarps * arch::kWarpSize;
+  using ScoreGrid = WarpGrid<kBlockN, kBlockM, kWarps, kScoreWarpsAlongKeys>;  // S^T, dP^T
+  using KVGrid = WarpGrid<kBlockN, kHeadDim, kWarps, kKVWarpsAlongKeys>;       // dK, dV
+  using DqGrid = WarpGrid<kBlockM, kHeadDim, kWarps, kDqWarpsAlongQueries>;    // dQ
+  static constexpr int kStride = padded_stride<kHeadDim>();
+  static constexpr int kScoreStride = padded_stride<kBlockM>();
+  // Shared memory, in bytes: K, V, P^T, dS^T once, then Q, dO, lse, dsum per stage.
+  static constexpr int kKVBytes = kBlockN * kStride * 2;
+  static constexpr int kScoreBytes = kBlockN * kScoreStride * 2;
+  static constexpr int kStageBytes = 2 * kBlockM * kStride * 2 + 2 * kBlockM * 4;
+  static constexpr int smem_bytes(int stages) { return 2 * kKVBytes + 2 * kScoreBytes + stages * kStageBytes; }
+  static_assert(kHeadDim % arch::kAtomK == 0 && kBlockM % arch::kAtomK == 0 && kBlockN % arch::kAtomK == 0,
+                "whole k-steps");
+};
+
+// One stage of per-query-block inputs in shared memory.
+template <typename T, typename Cfg>
+struct QueryStage {
+  T* q;      // (kBlockM, kStride)
+  T* dout;   // (kBlockM, kStride)
+  float* lse;   // (kBlockM)
+  float* dsum;  // (kBlockM)
+
+  __device__ __forceinline__ static QueryStage at(unsigned char* base) {
+    QueryStage s;
+    s.q = reinterpret_cast<T*>(base);
+    s.dout = s.q + Cfg::kBlockM * Cfg::kStride;
+    s.lse = reinterpret_cast<float*>(s.dout + Cfg::kBlockM * Cfg::kStride);
+    s.dsum = s.lse + Cfg::kBlockM;
+    return s;
+  }
+};
+
+template <typename T, typename Cfg>
+__device__ __forceinline__ void load_query_stage_async(const QueryStage<T, Cfg>& stage, const BwdParams& p, int batch,
+                                                       int head, int m0, int tid) {
+  const AttentionShape& shape = p.fwd.shape;
+  const int rows = min(Cfg::kBlockM, shape.seqlen_q - m0);
+  load_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(stage.q, element_ptr<T>(p.fwd.q, batch, m0, head),
+                                                              p.fwd.q.row_stride, rows, shape.headdim, tid);
+  load_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(stage.dout, element_ptr<T>(p.dout, batch, m0, head),
+                                                              p.dout.row_stride, rows, shape.headdim, tid);
+  const int64_t vector_offset = row_vector_offset(shape, batch, head, m0);
+  load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.lse, p.fwd.lse + vector_offset, rows, tid);
+  load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.dsum, p.dsum + vector_offset, rows, tid);
+}
+
+// Phase 1: this warp's tile of P^T and dS^T (keys x queries), written to shared memory as T.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const T* sK, const T* sV,
+                                                          const QueryStage<T, Cfg>& stage, const BwdParams& p,
+                                                          const AttentionMask& mask, bool needs_mask, int m0, int n0,
+                                                          int warp, int lane) {
+  using Grid = typename Cfg::ScoreGrid;
+  constexpr int kMT = Grid::kMT, kNT = Grid::kNT, kKSteps = Cfg::kHeadDim / arch::kAtomK;
+  const int key0 = Grid::row0(warp), query0 = Grid::col0(warp);
+  float scores_t[kMT][kNT][4];  // S^T: (16*kMT keys x 8*kNT queries)
+  float dprobs_t[kMT][kNT][4];  // dP^T
+  arch::zero_accumulators(scores_t);
+  arch::zero_accumulators(dprobs_t);
+  arch::warp_gemm_ss<kMT, kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
+      scores_t, sK, Cfg::kStride, key0, stage.q, Cfg::kStride, query0, lane);
+  arch::warp_gemm_ss<kMT, kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
+      dprobs_t, sV, Cfg::kStride, key0, stage.dout, Cfg::kStride, query0, lane);
+
+  constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int query = query0 + nt * arch::kAtomN + arch::acc_col(lane, j);  // same for r = j and r = j + 2
+      const float lse_log2 = stage.lse[query] * kLog2e;
+      const float dsum = stage.dsum[query];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 2 * h + j;
+          const int key = key0 + mt * arch::kAtomM + arch::acc_row(lane, r);
+          float prob = arch::exp2_approx(fmaf(scores_t[mt][nt][r], p.fwd.scale_log2, -lse_log2));
+          if (needs_mask && !mask.visible(m0 + query, n0 + key)) prob = 0.f;
+          scores_t[mt][nt][r] = prob;
+          dprobs_t[mt][nt][r] = prob * (dprobs_t[mt][nt][r] - dsum) * p.fwd.softmax_scale;
+        }
+    }
+  arch::store_accumulators<kMT, kNT, T>(sPt, Cfg::kScoreStride, key0, query0, scores_t, lane);
+  arch::store_accumulators<kMT, kNT, T>(sdSt, Cfg::kScoreStride, key0, query0, dprobs_t, lane);
+}
+
+// Phase 3: dQ (queries x head dim) of this warp's tile, added into the float32 buffer.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const BwdParams& p, int batch, int head,
+                                              int m0, int warp, int lane) {
+  using Grid = typename Cfg::DqGrid;
+  constexpr int kMT = Grid::kMT, kNT = Grid::kNT;
+  const int query0 = Grid::row0(warp), dim0 = Grid::col0(warp);
+  float dq[kMT][kNT][4];
+  arch::zero_accumulators(dq);
+  arch::warp_gemm_ss<kMT, kNT, Cfg::kBlockN / arch::kAtomK, arch::Layout::kColMajorKM, arch::BLayout::kKN>(
+      dq, sdSt, Cfg::kScoreStride, query0, sK, Cfg::kStride, dim0, lane);
+  const AttentionShape& shape = p.fwd.shape;
+  float* dq_rows = element_ptr<float>(p.dq_accum, batch, m0, head);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = query0 + mt * arch::kAtomM + arch::acc_row(lane, 2 * h);
+        const int col = dim0 + nt * arch::kAtomN + arch::acc_col(lane, 0);
+        if (m0 + row < shape.seqlen_q && col < shape.headdim)
+          arch::atomic_add_pair(dq_rows + row * p.dq_accum.row_stride + col, dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]);
+      }
+}
+
+template <typename T, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, int stages) {
+  using KVGrid = typename Cfg::KVGrid;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sK = reinterpret_cast<T*>(smem);                    // (kBlockN, kStride); holds dK at the end
+  T* sV = sK + kBlockN * Cfg::kStride;                   // (kBlockN, kStride); holds dV at the end
+  T* sPt = sV + kBlockN * Cfg::kStride;                  // (kBlockN, kScoreStride)
+  T* sdSt = sPt + kBlockN * Cfg::kScoreStride;           // (kBlockN, kScoreStride)
+  unsigned char* stage_base = reinterpret_cast<unsigned char*>(sdSt + kBlockN * Cfg::kScoreStride);
+
+  const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
+  const AttentionShape& shape = p.fwd.shape;
+  const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const int head_k = head / (shape.heads / shape.heads_k);
+  const int n0 = n_block * kBlockN;
+  const int rows_k = min(kBlockN, shape.seqlen_k - n0);
+  const AttentionMask mask{shape.seqlen_q, shape.seqlen_k, p.fwd.causal};
+  const int m_first = mask.first_query(n0) / kBlockM;
+  const int m_last = ceil_div(shape.seqlen_q, kBlockM) - 1;
+
+  T* dk = element_ptr<T>(p.dk, batch, n0, head);
+  T* dv = element_ptr<T>(p.dv, batch, n0, head);
+  if (m_first > m_last) {  // no query sees these keys
+    zero_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(dk, p.dk.row_stride, rows_k, shape.headdim, tid);
+    zero_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(dv, p.dv.row_stride, rows_k, shape.headdim, tid);
+    return;
+  }
+
+  load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sK, element_ptr<T>(p.fwd.k, batch, n0, head_k),
+                                                         p.fwd.k.row_stride, rows_k, shape.headdim, tid);
+  load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sV, element_ptr<T>(p.fwd.v, batch, n0, head_k),
+                                                         p.fwd.v.row_stride, rows_k, shape.headdim, tid);
+  load_query_stage_async(QueryStage<T, Cfg>::at(stage_base), p, batch, head, m_first * kBlockM, tid);
+  arch::cp_async_commit();
+
+  float dk_acc[KVGrid::kMT][KVGrid::kNT][4];  // this warp's (keys x head dim) tile of dK
+  float dv_acc[KVGrid::kMT][KVGrid::kNT][4];
+  arch::zero_accumulators(dk_acc);
+  arch::zero_accumulators(dv_acc);
+  const int kv_key0 = KVGrid::row0(warp), kv_dim0 = KVGrid::col0(warp);
+
+  for (int m_block = m_first; m_block <= m_last; ++m_block) {
+    const int m0 = m_block * kBlockM;
+    const int stage_index = stages == 2 ? (m_block - m_first) % 2 : 0;
+    const QueryStage<T, Cfg> stage = QueryStage<T, Cfg>::at(stage_base + stage_index * Cfg::kStageBytes);
+    arch::cp_async_wait<0>();
+    __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
+    if (stages == 2 && m_block < m_last) {
+      load_query_stage_async(QueryStage<T, Cfg>::at(stage_base + (1 - stage_index) * Cfg::kStageBytes), p, batch,
+                             head, m0 + kBlockM, tid);
+      arch::cp_async_commit();
+    }
+
+    const bool needs_mask = !mask.block_fully_visible(m0, kBlockM, n0, kBlockN);
+    compute_probs_and_dscores<T, Cfg>(sPt, sdSt, sK, sV, stage, p, mask, needs_mask, m0, n0, warp, lane);
+    __syncthreads();
+
+    constexpr int kKSteps = kBlockM / arch::kAtomK;
+    arch::warp_gemm_ss<KVGrid::kMT, KVGrid::kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kKN>(
+        dv_acc, sPt, Cfg::kScoreStride, kv_key0, stage.dout, Cfg::kStride, kv_dim0, lane);
+    arch::warp_gemm_ss<KVGrid::kMT, KVGrid::kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kKN>(
+        dk_acc, sdSt, Cfg::kScoreStride, kv_key0, stage.q, Cfg::kStride, kv_dim0, lane);
+    accumulate_dq<T, Cfg>(sdSt, sK, p, batch, head, m0, warp, lane);
+
+    if (stages == 1 && m_block < m_last) {
+      __syncthreads();  // every warp is done with this block's Q and dO
+      load_query_stage_async(stage, p, batch, head, m0 + kBlockM, tid);
+      arch::cp_async_commit();
+    }
+  }
+
+  __syncthreads();  // every warp is done reading sK and sV
+  arch::store_accumulators<KVGrid::kMT, KVGrid::kNT, T>(sK, Cfg::kStride, kv_key0, kv_dim0, dk_acc, lane);
+  arch::store_accumulators<KVGrid::kMT, KVGrid::kNT, T>(sV, Cfg::kStride, kv_key0, kv_dim0, dv_acc, lane);
+  __syncthreads();
+  store_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(dk, p.dk.row_stride, sK, rows_k, shape.headdim, tid);
+  store_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(dv, p.dv.row_stride, sV, rows_k, shape.headdim, tid);
+}
+
+}  // namespace flash

@@ -1,0 +1,145 @@
+// Forward: one CTA per (block of kBlockM queries, head, batch). Each warp owns kWarpRows query
+// rows; the CTA walks K/V blocks from the last visible one down to 0 (so the causal blocks that
+// need masking come first), computing S = Q.K^T, the online softmax, and O += P.V, with P kept in
+// registers. K[n-1] loads while P.V[n] runs and V[n] loads while Q.K[n]^T runs (cp.async).
+#pragma once
+
+#include "arch/arch.cuh"
+#include "common.cuh"
+#include "mask.cuh"
+#include "params.h"
+#include "softmax.cuh"
+#include "tile_io.cuh"
+
+namespace flash {
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_>
+struct FwdConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kThreads = kWarps * arch::kWarpSize;
+  static constexpr int kWarpRows = kBlockM / kWarps;
+  static constexpr int kMT = kWarpRows / arch::kAtomM;  // row atoms per warp
+  static constexpr int kNT = kBlockN / arch::kAtomN;    // score atoms per row
+  static constexpr int kDT = kHeadDim / arch::kAtomN;   // output atoms per row
+  static constexpr int kStride = padded_stride<kHeadDim>();
+  static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kStride * 2;  // Q (then O), K, V
+  static_assert(kWarpRows % arch::kAtomM == 0, "each warp owns whole 16-row atoms");
+  static_assert(kHeadDim % arch::kAtomK == 0 && kBlockN % (2 * arch::kAtomN) == 0, "whole k-steps and atom pairs");
+};
+
+template <int MT, int NT>
+__device__ __forceinline__ void mask_scores(float (&scores)[MT][NT][4], const AttentionMask& mask, int row0, int col0,
+                                            int lane) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = row0 + mt * arch::kAtomM + arch::acc_row(lane, r);
+        const int col = col0 + nt * arch::kAtomN + arch::acc_col(lane, r);
+        if (!mask.visible(row, col)) scores[mt][nt][r] = -INFINITY;
+      }
+}
+
+// Output and lse of a query block that sees no key: zeros and +inf.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void write_empty_rows(T* out, int64_t out_row_stride, float* lse, int rows, int headdim,
+                                                 int tid) {
+  zero_tile<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(out, out_row_stride, rows, headdim, tid);
+  for (int row = tid; row < rows; row += Cfg::kThreads) lse[row] = INFINITY;
+}
+
+template <typename Cfg, typename T>
+__device__ __forceinline__ void load_kv_block_async(T* smem, const T* gmem, int64_t row_stride, int n_block,
+                                                    int seqlen_k, int headdim, int tid) {
+  const int n0 = n_block * Cfg::kBlockN;
+  load_tile_async<Cfg::kBlockN, Cfg::kHeadDim, Cfg::kThreads>(smem, gmem + n0 * row_stride, row_stride,
+                                                              seqlen_k - n0, headdim, tid);
+}
+
+template <typename T, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStride = Cfg::kStride;
+  constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT, kDT = Cfg::kDT;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sQ = reinterpret_cast<T*>(smem);  // (kBlockM, kStride); holds O at the end
+  T* sK = sQ + kBlockM * kStride;      // (kBlockN, kStride)
+  T* sV = sK + kBlockN * kStride;      // (kBlockN, kStride)
+
+  const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
+  const AttentionShape& shape = p.shape;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest causal blocks are scheduled first
+  const int head = blockIdx.y, batch = blockIdx.z;
+  const int head_k = head / (shape.heads / shape.heads_k);
+  const int m0 = m_block * kBlockM;
+  const int rows_q = min(kBlockM, shape.seqlen_q - m0);
+  const AttentionMask mask{shape.seqlen_q, shape.seqlen_k, p.causal};
+  const int n_blocks = ceil_div(mask.kv_end(m0, rows_q), kBlockN);
+
+  T* out = element_ptr<T>(p.out, batch, m0, head);
+  float* lse = p.lse + row_vector_offset(shape, batch, head, m0);
+  if (n_blocks == 0) {
+    write_empty_rows<Cfg>(out, p.out.row_stride, lse, rows_q, shape.headdim, tid);
+    return;
+  }
+  const T* q = element_ptr<T>(p.q, batch, m0, head);
+  const T* k = element_ptr<T>(p.k, batch, 0, head_k);
+  const T* v = element_ptr<T>(p.v, batch, 0, head_k);
+
+  load_tile_async<kBlockM, Cfg::kHeadDim, Cfg::kThreads>(sQ, q, p.q.row_stride, rows_q, shape.headdim, tid);
+  load_kv_block_async<Cfg>(sK, k, p.k.row_stride, n_blocks - 1, shape.seqlen_k, shape.headdim, tid);
+  arch::cp_async_commit();
+
+  const int warp_m0 = warp * Cfg::kWarpRows;  // this warp's first row inside the block
+  float acc[kMT][kDT][4];                     // O rows of this warp: (16*kMT x kHeadDim)
+  arch::zero_accumulators(acc);
+  OnlineSoftmax<kMT> softmax;
+  softmax.init();
+
+  for (int n_block = n_blocks - 1; n_block >= 0; --n_block) {
+    load_kv_block_async<Cfg>(sV, v, p.v.row_stride, n_block, shape.seqlen_k, shape.headdim, tid);
+    arch::cp_async_commit();
+    arch::cp_async_wait<1>();  // Q and K[n_block] have landed
+    __syncthreads();
+
+    float scores[kMT][kNT][4];  // S rows of this warp: (16*kMT x kBlockN)
+    arch::zero_accumulators(scores);
+    arch::warp_gemm_ss<kMT, kNT, Cfg::kHeadDim / arch::kAtomK, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
+        scores, sQ, kStride, warp_m0, sK, kStride, 0, lane);
+    const int n0 = n_block * kBlockN;
+    if (!mask.block_fully_visible(m0, rows_q, n0, kBlockN)) mask_scores(scores, mask, m0 + warp_m0, n0, lane);
+    softmax.update(scores, acc, p.scale_log2);
+    uint32_t probs[kMT][kNT / 2][4];  // P as A fragments of P.V
+    arch::accumulators_to_a_fragments<T>(probs, scores);
+
+    __syncthreads();  // every warp is done reading sK
+    if (n_block > 0) load_kv_block_async<Cfg>(sK, k, p.k.row_stride, n_block - 1, shape.seqlen_k, shape.headdim, tid);
+    arch::cp_async_commit();
+    arch::cp_async_wait<1>();  // V[n_block] has landed
+    __syncthreads();
+
+    arch::warp_gemm_rs<kMT, kDT, kNT / 2, arch::BLayout::kKN>(acc, probs, sV, kStride, 0, lane);
+    __syncthreads();  // every warp is done reading sV
+  }
+
+  float row_lse[kMT][2];
+  softmax.finalize(acc, p.softmax_scale, row_lse);
+  if (lane % 4 == 0) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp_m0 + mt * arch::kAtomM + arch::acc_row(lane, 2 * h);
+        if (row < rows_q) lse[row] = row_lse[mt][h];
+      }
+  }
+  arch::store_accumulators<kMT, kDT, T>(sQ, kStride, warp_m0, 0, acc, lane);  // this warp's own Q rows
+  __syncthreads();
+  store_tile<kBlockM, Cfg::kHeadDim, Cfg::kThreads>(out, p.out.row_stride, sQ, rows_q, shape.headdim, tid);
+}
+
+}  // namespace flash

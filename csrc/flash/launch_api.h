@@ -1,0 +1,18 @@
+// Host-side entry points of the kernels, free of torch: the op layer (csrc/torch/ops.cpp) fills
+// the params and calls these; csrc/instantiations/*.cu define one (dtype, head dim) each.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "params.h"
+
+namespace flash {
+
+// Each returns the first CUDA error of the launch (attribute setup included), cudaSuccess otherwise.
+template <typename T, int kHeadDim>
+cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream);
+
+template <typename T, int kHeadDim>
+cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
+
+}  // namespace flash

@@ -1,0 +1,33 @@
+// Forward launch: the tile configuration per head dim, the grid and the shared-memory opt-in.
+#pragma once
+
+#include "fwd_kernel.cuh"
+#include "launch_api.h"
+
+namespace flash {
+
+// Tile per head dim (sm80 atom, measured on H100 where noted in benchmarks/NOTES.md).
+// 4 warps x 32 query rows keeps the K/V shared-memory reads per MMA at half of what 16 rows per
+// warp would need; from head dim 192 the O accumulator (32 rows x hd / 32 lanes fp32) would
+// overflow the register file, so those use 8 warps x 16 rows.
+template <int kHeadDim>
+struct FwdTile;
+template <> struct FwdTile<32> { using type = FwdConfig<32, 128, 128, 4>; };
+template <> struct FwdTile<64> { using type = FwdConfig<64, 128, 64, 4>; };
+template <> struct FwdTile<96> { using type = FwdConfig<96, 128, 64, 4>; };
+template <> struct FwdTile<128> { using type = FwdConfig<128, 128, 64, 4>; };
+template <> struct FwdTile<192> { using type = FwdConfig<192, 128, 64, 8>; };
+template <> struct FwdTile<256> { using type = FwdConfig<256, 128, 64, 8>; };
+
+template <typename T, int kHeadDim>
+cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
+  using Cfg = typename FwdTile<kHeadDim>::type;
+  auto kernel = fwd_kernel<T, Cfg>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(ceil_div(params.shape.seqlen_q, Cfg::kBlockM), params.shape.heads, params.shape.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace flash

@@ -1,0 +1,227 @@
+// The only torch-aware C++: argument checks, allocation, params, the current stream, and the
+// CUDA implementations of flash_attn::fwd / flash_attn::bwd (schemas live in flash_attn/ops.py).
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <torch/extension.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "../flash/launch_api.h"
+#include "../instantiations/compiled_configs.h"
+
+namespace {
+
+std::atomic<bool> poison_outputs{false};
+
+constexpr int kMaxHeaddim = 256;
+constexpr int kRowAlignment = 8;       // elements: rows move in 16-byte pieces
+constexpr int kMaxGridYZ = 65535;      // heads and batch are grid dims y and z
+
+template <typename T>
+constexpr at::ScalarType scalar_type_of();
+template <>
+constexpr at::ScalarType scalar_type_of<__half>() {
+  return at::kHalf;
+}
+template <>
+constexpr at::ScalarType scalar_type_of<__nv_bfloat16>() {
+  return at::kBFloat16;
+}
+
+// The smallest compiled head dim >= headdim for this dtype, or -1.
+int kernel_headdim(at::ScalarType dtype, int headdim) {
+  int best = -1;
+#define FLASH_ATTN_CONSIDER(T, D) \
+  if (scalar_type_of<T>() == dtype && (D) >= headdim && (best < 0 || (D) < best)) best = (D);
+  FLASH_ATTN_FOR_EACH_CONFIG(FLASH_ATTN_CONSIDER)
+#undef FLASH_ATTN_CONSIDER
+  return best;
+}
+
+cudaError_t launch_fwd(at::ScalarType dtype, int headdim, const flash::FwdParams& params, cudaStream_t stream) {
+#define FLASH_ATTN_TRY_FWD(T, D) \
+  if (scalar_type_of<T>() == dtype && (D) == headdim) return flash::run_fwd<T, D>(params, stream);
+  FLASH_ATTN_FOR_EACH_CONFIG(FLASH_ATTN_TRY_FWD)
+#undef FLASH_ATTN_TRY_FWD
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_bwd(at::ScalarType dtype, int headdim, const flash::BwdParams& params, cudaStream_t stream) {
+#define FLASH_ATTN_TRY_BWD(T, D) \
+  if (scalar_type_of<T>() == dtype && (D) == headdim) return flash::run_bwd<T, D>(params, stream);
+  FLASH_ATTN_FOR_EACH_CONFIG(FLASH_ATTN_TRY_BWD)
+#undef FLASH_ATTN_TRY_BWD
+  return cudaErrorInvalidValue;
+}
+
+void check_kernel_layout(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cuda(), "flash_attn: ", name, " must be a CUDA tensor, got ", t.device());
+  TORCH_CHECK(t.dim() == 4, "flash_attn: ", name, " must have 4 dims, got ", t.sizes());
+  TORCH_CHECK(t.size(3) <= 1 || t.stride(3) == 1, "flash_attn: ", name,
+              " must have a contiguous last dimension, got strides ", t.strides());
+  for (int dim = 0; dim < 3; ++dim) {
+    TORCH_CHECK(t.size(dim) <= 1 || t.stride(dim) % kRowAlignment == 0, "flash_attn: ", name,
+                " must have strides that are multiples of 8 elements (16 bytes), got ", t.strides());
+  }
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "flash_attn: ", name,
+              " must be 16-byte aligned");
+}
+
+void check_same_shape(const at::Tensor& t, const at::Tensor& like, const char* name, const char* like_name) {
+  TORCH_CHECK(t.sizes() == like.sizes(), "flash_attn: ", name, " must have the shape of ", like_name, " ",
+              like.sizes(), ", got ", t.sizes());
+}
+
+// Checks shared by fwd and bwd; returns the compiled head dim that serves q's head dim.
+int check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double softmax_scale) {
+  check_kernel_layout(q, "q");
+  check_kernel_layout(k, "k");
+  check_kernel_layout(v, "v");
+  TORCH_CHECK(k.device() == q.device() && v.device() == q.device(), "flash_attn: q, k and v must be on one device");
+  const auto dtype = q.scalar_type();
+  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "flash_attn: q must be float16 or bfloat16, got ",
+              dtype);
+  TORCH_CHECK(k.scalar_type() == dtype && v.scalar_type() == dtype, "flash_attn: k and v must have q's dtype ",
+              dtype);
+  check_same_shape(v, k, "v", "k");
+  TORCH_CHECK(k.size(0) == q.size(0), "flash_attn: k has batch ", k.size(0), " but q has ", q.size(0));
+  TORCH_CHECK(k.size(3) == q.size(3), "flash_attn: k has head dim ", k.size(3), " but q has ", q.size(3));
+  const int64_t headdim = q.size(3);
+  TORCH_CHECK_VALUE(headdim > 0 && headdim <= kMaxHeaddim && headdim % kRowAlignment == 0,
+                    "flash_attn: head dim must be a multiple of 8 in [8, 256] (the public functions pad), got ",
+                    headdim);
+  TORCH_CHECK_VALUE(k.size(2) > 0 && q.size(2) % k.size(2) == 0, "flash_attn: nheads of q (", q.size(2),
+                    ") must be a multiple of nheads of k and v (", k.size(2), ")");
+  TORCH_CHECK_VALUE(q.size(2) <= kMaxGridYZ && q.size(0) <= kMaxGridYZ, "flash_attn: batch and nheads must be <= ",
+                    kMaxGridYZ);
+  TORCH_CHECK_VALUE(std::isfinite(softmax_scale) && softmax_scale > 0, "flash_attn: softmax_scale must be positive "
+                    "and finite, got ", softmax_scale);
+  const auto* props = at::cuda::getDeviceProperties(q.get_device());
+  TORCH_CHECK(props->major >= 8, "flash_attn: ", props->name, " has compute capability ", props->major, ".",
+              props->minor, "; flash_attn needs sm80 (Ampere) or newer");
+  const int kernel_hd = kernel_headdim(dtype, static_cast<int>(headdim));
+  TORCH_CHECK_NOT_IMPLEMENTED(kernel_hd > 0, "flash_attn: this build has no ", dtype, " kernel for head dim ",
+                              headdim, " (built with FLASH_ATTN_DTYPES=\"", FLASH_ATTN_BUILD_DTYPES,
+                              "\" FLASH_ATTN_HDIMS=\"", FLASH_ATTN_BUILD_HDIMS, "\"); rebuild to include it");
+  return kernel_hd;
+}
+
+flash::Strided4d strided(const at::Tensor& t) {
+  return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+flash::FwdParams fwd_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                            const at::Tensor& lse, double softmax_scale, bool causal) {
+  flash::FwdParams p{};
+  p.q = strided(q);
+  p.k = strided(k);
+  p.v = strided(v);
+  p.out = strided(out);
+  p.lse = lse.data_ptr<float>();
+  p.shape = {static_cast<int>(q.size(0)), static_cast<int>(q.size(1)), static_cast<int>(k.size(1)),
+             static_cast<int>(q.size(2)), static_cast<int>(k.size(2)), static_cast<int>(q.size(3))};
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.scale_log2 = static_cast<float>(softmax_scale * M_LOG2E);
+  p.causal = causal;
+  return p;
+}
+
+void poison(std::initializer_list<at::Tensor> tensors) {
+  if (!poison_outputs.load()) return;
+  for (const auto& t : tensors) t.fill_(std::numeric_limits<float>::quiet_NaN());
+}
+
+void check_launch(cudaError_t err, const char* pass, at::ScalarType dtype, int headdim) {
+  TORCH_CHECK(err == cudaSuccess, "flash_attn: ", pass, " kernel launch failed for ", dtype, " head dim ", headdim,
+              ": ", cudaGetErrorString(err));
+}
+
+std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                           double softmax_scale, bool causal) {
+  const int kernel_hd = check_attention_inputs(q, k, v, softmax_scale);
+  const c10::cuda::CUDAGuard guard(q.device());
+  auto out = at::empty(q.sizes(), q.options());
+  auto lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  poison({out, lse});
+  if (out.numel() == 0) return {out, lse};
+  const auto params = fwd_params(q, k, v, out, lse, softmax_scale, causal);
+  check_launch(launch_fwd(q.scalar_type(), kernel_hd, params, at::cuda::getCurrentCUDAStream()), "forward",
+               q.scalar_type(), kernel_hd);
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(const at::Tensor& dout, const at::Tensor& q,
+                                                       const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                                       const at::Tensor& lse, double softmax_scale, bool causal) {
+  const int kernel_hd = check_attention_inputs(q, k, v, softmax_scale);
+  check_kernel_layout(dout, "dout");
+  check_kernel_layout(out, "out");
+  check_same_shape(dout, q, "dout", "q");
+  check_same_shape(out, q, "out", "q");
+  TORCH_CHECK(dout.scalar_type() == q.scalar_type() && out.scalar_type() == q.scalar_type(),
+              "flash_attn: dout and out must have q's dtype");
+  TORCH_CHECK(lse.is_cuda() && lse.device() == q.device() && lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
+                  lse.sizes() == at::IntArrayRef({q.size(0), q.size(2), q.size(1)}),
+              "flash_attn: lse must be a contiguous float32 (batch, nheads, seqlen_q) tensor on q's device");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const int64_t batch = q.size(0), seqlen_q = q.size(1), heads = q.size(2), headdim = q.size(3);
+  const int64_t seqlen_k = k.size(1), heads_k = k.size(2);
+  const bool expand_kv = heads != heads_k;  // GQA / MQA: one dK/dV slice per query head, summed below
+  const auto kv_options = k.options();
+  auto dk_slices = expand_kv ? at::empty({batch, seqlen_k, heads, headdim}, kv_options) : at::empty(k.sizes(), kv_options);
+  auto dv_slices = expand_kv ? at::empty({batch, seqlen_k, heads, headdim}, kv_options) : at::empty(v.sizes(), kv_options);
+  auto dq_accum = at::zeros({batch, seqlen_q, heads, headdim}, q.options().dtype(at::kFloat));
+  auto dsum = at::empty({batch, heads, seqlen_q}, q.options().dtype(at::kFloat));
+  poison({dk_slices, dv_slices});
+  if (seqlen_q == 0) {  // no query: every gradient is zero
+    dk_slices.zero_();
+    dv_slices.zero_();
+  } else if (dk_slices.numel() > 0) {
+    flash::BwdParams p{};
+    p.fwd = fwd_params(q, k, v, out, lse, softmax_scale, causal);
+    p.dout = strided(dout);
+    p.dk = strided(dk_slices);
+    p.dv = strided(dv_slices);
+    p.dq_accum = strided(dq_accum);
+    p.dsum = dsum.data_ptr<float>();
+    check_launch(launch_bwd(q.scalar_type(), kernel_hd, p, at::cuda::getCurrentCUDAStream()), "backward",
+                 q.scalar_type(), kernel_hd);
+  }
+  auto dq = dq_accum.to(q.scalar_type());
+  if (!expand_kv) return {dq, dk_slices, dv_slices};
+  const int64_t group = heads / heads_k;
+  auto dk = dk_slices.view({batch, seqlen_k, heads_k, group, headdim}).sum(3);
+  auto dv = dv_slices.view({batch, seqlen_k, heads_k, group, headdim}).sum(3);
+  return {dq, dk, dv};
+}
+
+std::vector<std::pair<std::string, int64_t>> compiled_configs() {
+  std::vector<std::pair<std::string, int64_t>> configs;
+#define FLASH_ATTN_LIST(T, D) configs.emplace_back(scalar_type_of<T>() == at::kHalf ? "fp16" : "bf16", (D));
+  FLASH_ATTN_FOR_EACH_CONFIG(FLASH_ATTN_LIST)
+#undef FLASH_ATTN_LIST
+  return configs;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(flash_attn, CUDA, m) {
+  m.impl("fwd", &mha_fwd);
+  m.impl("bwd", &mha_bwd);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "CUDA kernels of flash_attn; the ops are torch.ops.flash_attn.fwd / bwd";
+  m.def("compiled_configs", &compiled_configs, "(dtype name, head dim) pairs this build has kernels for");
+  m.def(
+      "set_poison_outputs", [](bool enabled) { return poison_outputs.exchange(enabled); },
+      "Test hook: fill op outputs with NaN before the kernels run; returns the previous setting");
+}

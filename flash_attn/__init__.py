@@ -1,0 +1,9 @@
+"""flash_attn: fast, memory-efficient, exact attention with hand-written GPU kernels.
+
+Drop-in for FlashAttention 2's functions of the same names."""
+
+__version__ = "0.1.0"
+
+from .interface import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func  # noqa: E402
+
+__all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "__version__"]
