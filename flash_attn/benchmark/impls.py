@@ -1,0 +1,191 @@
+"""The attention implementations compared: ours, SDPA's backends, naive PyTorch, FlexAttention.
+
+Every training forward takes q, k, v as (batch, seqlen, nheads, headdim) and returns the output in
+that layout. SDPA-based ones are handed transposed views (batch, nheads, seqlen, headdim), not copies,
+and their output is transposed back (a view), so every implementation reads the same memory and the
+backward's dout needs no copy. Every decode forward takes q (batch, 1, nheads, headdim) and the cache
+k, v (batch, context, nheads_k, headdim).
+"""
+
+import contextlib
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+import flash_attn
+from flash_attn import ops
+
+LABELS = {
+    "ours": "ours",
+    "ours-kvcache": "ours (kvcache)",
+    "flash": "sdpa-flash",
+    "cudnn": "sdpa-cudnn",
+    "efficient": "sdpa-efficient",
+    "math": "sdpa-math",
+    "naive": "naive",
+    "flex": "flex",
+}
+TRAINING_IMPLS = ("ours", "flash", "cudnn", "efficient", "math", "naive", "flex")
+DEFAULT_TRAINING_IMPLS = ("ours", "flash", "cudnn", "efficient", "math", "naive")  # flex compiles per shape: opt-in
+FLEX_RECOMPILE_LIMIT = 256  # above the full set's 72 shapes x 2 masks
+
+
+def label(name):
+    return LABELS.get(name, name)
+
+
+@dataclass(frozen=True)
+class Impl:
+    """forward(q, k, v, causal) -> out. backend: the SDPBackend pinned with sdpa_kernel, or None.
+    materializes: holds (batch, nheads, seqlen_q, seqlen_k) scores, so its memory is estimated before
+    it runs; upcasts: those scores are float32 (SDPA's MATH backend upcasts half inputs)."""
+
+    name: str
+    forward: Callable
+    backend: object = None
+    materializes: bool = False
+    upcasts: bool = False
+
+    def context(self):
+        """The SDPA backend selection, entered around the timing loop (not per call) so its cost stays
+        out of the numbers; backward kernels are chosen by the forward, inside the same context."""
+        if self.backend is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import sdpa_kernel
+
+        return sdpa_kernel([self.backend])
+
+    def score_element_bytes(self, dtype):
+        return 4 if self.upcasts else dtype.itemsize
+
+
+def _check_ours_ready(q):
+    if q.is_cuda and not ops.has_cuda_kernels():
+        raise RuntimeError(ops.cuda_kernels_unavailable_reason())
+
+
+def ours_forward(q, k, v, causal):
+    _check_ours_ready(q)
+    return flash_attn.flash_attn_func(q, k, v, causal=causal)
+
+
+def sdpa_forward(q, k, v, causal, enable_gqa=False):
+    """SDPA on transposed views. Its is_causal is top-left aligned: equal to ours on square problems,
+    the only causal ones benchmarked."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, enable_gqa=enable_gqa
+    )
+    return out.transpose(1, 2)
+
+
+def naive_forward(q, k, v, causal):
+    """matmul -> mask -> softmax -> matmul in the input dtype, as a model written in plain PyTorch does.
+    The mask is built inside the call (bottom-right aligned, like ours): part of naive's cost."""
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    scores = torch.matmul(qt, kt.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
+    if causal:
+        seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+        rows = torch.arange(seqlen_q, device=q.device).unsqueeze(1)
+        cols = torch.arange(seqlen_k, device=q.device).unsqueeze(0)
+        scores = scores.masked_fill(cols > rows + (seqlen_k - seqlen_q), float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.matmul(probs, vt).transpose(1, 2)
+
+
+@functools.cache
+def _compiled_flex():
+    """flex_attention compiled with static shapes. Every benchmarked shape is one more recompile, past
+    dynamo's default limit of 8, after which it would silently run flex's slow eager path: raise it."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):  # the name changed in torch 2.6
+        if hasattr(config, name):
+            setattr(config, name, max(getattr(config, name), FLEX_RECOMPILE_LIMIT))
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@functools.lru_cache(maxsize=4)
+def _causal_block_mask(seqlen_q, seqlen_k, device):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    offset = seqlen_k - seqlen_q
+    return create_block_mask(lambda b, h, qi, ki: ki <= qi + offset, None, None, seqlen_q, seqlen_k, device=device)
+
+
+def flex_forward(q, k, v, causal):
+    """FlexAttention compiled for each shape (the first call compiles, inside the timer's warm-up)."""
+    mask = _causal_block_mask(q.shape[1], k.shape[1], str(q.device)) if causal else None
+    out = _compiled_flex()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=mask)
+    return out.transpose(1, 2)
+
+
+def _sdpa_backend(name):
+    from torch.nn.attention import SDPBackend
+
+    return {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }[name]
+
+
+def training_impl(name):
+    """The Impl called `name` (one of TRAINING_IMPLS)."""
+    if name == "ours":
+        return Impl(name, ours_forward)
+    if name == "naive":
+        return Impl(name, naive_forward, materializes=True)
+    if name == "flex":
+        return Impl(name, flex_forward)
+    if name == "math":
+        return Impl(name, sdpa_forward, backend=_sdpa_backend(name), materializes=True, upcasts=True)
+    if name in ("flash", "cudnn", "efficient"):
+        return Impl(name, sdpa_forward, backend=_sdpa_backend(name))
+    raise ValueError(f"unknown implementation {name!r}; known: {', '.join(TRAINING_IMPLS)}")
+
+
+def kvcache_function():
+    """flash_attn.flash_attn_with_kvcache when this version has it, else None."""
+    return getattr(flash_attn, "flash_attn_with_kvcache", None)
+
+
+def ours_kvcache_decode(q, k_cache, v_cache):
+    _check_ours_ready(q)
+    return kvcache_function()(q, k_cache, v_cache)
+
+
+def ours_decode(q, k_cache, v_cache):
+    """Our prefill kernel on one query token: GQA handled natively, no cache layout of its own."""
+    return ours_forward(q, k_cache, v_cache, causal=False)
+
+
+def sdpa_decode_gqa(q, k_cache, v_cache):
+    return sdpa_forward(q, k_cache, v_cache, causal=False, enable_gqa=True)
+
+
+def sdpa_decode_repeated(q, k_repeated, v_repeated):
+    """For a backend without enable_gqa: K and V already repeated to q's head count (outside the timing)."""
+    return sdpa_forward(q, k_repeated, v_repeated, causal=False)
+
+
+def repeat_kv(x, nheads):
+    """(b, s, nheads_k, d) -> (b, s, nheads, d), each KV head copied for the query heads it serves."""
+    return x.repeat_interleave(nheads // x.shape[2], dim=2)
+
+
+def naive_decode(q, k_cache, v_cache):
+    """Grouped-query attention in plain PyTorch: the query heads of one KV head become the rows of one
+    matmul, (b, hk, h/hk, d) x (b, hk, d, ctx), with the cache read through permuted views (torch.matmul
+    may copy them: part of naive's cost), and no repeated K or V."""
+    batch, _, nheads, headdim = q.shape
+    nheads_k = k_cache.shape[2]
+    qg = q.reshape(batch, nheads_k, nheads // nheads_k, headdim)
+    scores = torch.matmul(qg, k_cache.permute(0, 2, 3, 1)) * (headdim**-0.5)
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.matmul(probs, v_cache.transpose(1, 2))
+    return out.reshape(batch, 1, nheads, headdim)

@@ -1,0 +1,160 @@
+"""Timing and memory measurement on the GPU, and the guard that turns a failure into a cell.
+
+The method is /docs/BENCHMARKS.md's: median of many timed runs after a warm-up, with the L2 cache
+flushed before each run (triton.testing.do_bench does both; the CUDA-event fallback copies it).
+"""
+
+import gc
+import statistics
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .cells import ERROR, OOM, Cell
+
+L2_FLUSH_BYTES = 256 * 2**20  # larger than any L2 of the GPUs we run on (H100 50 MB, H200 60 MB)
+FREE_MEMORY_MARGIN = 0.9  # the allocator's fragmentation and the library workspaces need some room
+WARNINGS_KEPT = 3  # SDPA says why a backend refused in warnings, one per failed check
+ERROR_CHARS = 500  # of an error message kept in the JSON
+
+
+class Timer:
+    """Median time of a callable in milliseconds: triton.testing.do_bench when triton is importable
+    (the tool the published numbers used), else CUDA events with the same warm-up, repeat count and
+    L2 flush. warmup_ms and rep_ms are the time spent warming up and timing, as in do_bench."""
+
+    def __init__(self, warmup_ms=25, rep_ms=100):
+        self.warmup_ms = warmup_ms
+        self.rep_ms = rep_ms
+        try:
+            from triton.testing import do_bench
+        except ImportError:
+            self._do_bench = None
+        else:
+            self._do_bench = do_bench
+
+    def describe(self):
+        method = "triton.testing.do_bench" if self._do_bench else "CUDA events"
+        return f"{method}, median, warm-up {self.warmup_ms} ms, rep {self.rep_ms} ms, L2 flushed per run"
+
+    def __call__(self, fn):
+        if self._do_bench is not None:
+            return float(self._do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median"))
+        return _events_median_ms(fn, self.warmup_ms, self.rep_ms)
+
+
+def _events_median_ms(fn, warmup_ms, rep_ms):
+    """do_bench's procedure with CUDA events: one call, a 5-run estimate, warm-up runs, then timed runs
+    each after an L2 flush (so inputs that fit in L2 are not timed from the cache)."""
+    fn()
+    torch.cuda.synchronize()
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
+    for _ in range(max(1, int(warmup_ms / estimate_ms))):
+        fn()
+    count = max(1, int(rep_ms / estimate_ms))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+    for begin, finish in zip(starts, ends, strict=True):
+        flush.zero_()
+        begin.record()
+        fn()
+        finish.record()
+    torch.cuda.synchronize()
+    return statistics.median(begin.elapsed_time(finish) for begin, finish in zip(starts, ends, strict=True))
+
+
+def cuda_peak_bytes(step):
+    """Peak bytes allocated by `step()` above what was allocated right before it (its inputs are
+    already allocated then). step runs once unmeasured first, so one-time allocations that outlive it
+    (cuBLAS and cuDNN workspaces) count as already allocated, not as its peak."""
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def cuda_free_bytes():
+    """Bytes a new allocation can get: the device's free memory after the allocator's cache is
+    returned, times a margin for fragmentation."""
+    release_memory()
+    free, _total = torch.cuda.mem_get_info()
+    return int(free * FREE_MEMORY_MARGIN)
+
+
+def release_memory(collect_garbage=False):
+    """Return the allocator's cached blocks to the device, so the next estimate sees them as free.
+    collect_garbage also frees tensors held in reference cycles (after an OOM, where every byte
+    counts; elsewhere it is skipped: one collection costs ~0.1 s with torch loaded)."""
+    if collect_garbage:
+        gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def warm_up_gpu(seconds=1.0):
+    """Run bf16 matmuls for `seconds` so the clocks are up before the first measurement."""
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+
+
+def _error_text(exc, caught):
+    """'Type: message (warning; warning)': SDPA says in warnings why a backend refused."""
+    message = f"{type(exc).__name__}: {exc}".strip()
+    reasons = list(dict.fromkeys(str(w.message).strip() for w in caught if str(w.message).strip()))
+    if reasons:
+        message = f"{message} ({'; '.join(reasons[:WARNINGS_KEPT])})"
+    return message[:ERROR_CHARS]
+
+
+def guarded(measure):
+    """Run `measure()` (which returns a Cell); an out-of-memory error becomes an OOM cell and any other
+    exception an error cell carrying its message, so one failing implementation never stops the run."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return measure()
+        except torch.OutOfMemoryError:
+            failure = Cell(OOM, note="out of memory")
+        except Exception as exc:  # noqa: BLE001 - a peer may fail in any way; the run goes on
+            failure = Cell(ERROR, note=_error_text(exc, caught))
+    release_memory(collect_garbage=failure.status == OOM)
+    return failure
+
+
+@dataclass
+class Bench:
+    """What the suites measure with. The GPU run uses cuda_bench(); tests put in a CPU device and
+    stand-in timer and memory functions, so the suites' logic runs in CI.
+
+    timer(fn) -> median ms; peak_bytes(step) -> bytes above the inputs; free_bytes() -> bytes a new
+    allocation can get; materialized_cap_bytes: naive and SDPA MATH configurations estimated above this
+    are skipped (the quick set keeps them where cheap); progress(line) reports one configuration."""
+
+    device: torch.device
+    timer: Callable
+    peak_bytes: Callable
+    free_bytes: Callable
+    materialized_cap_bytes: float
+    progress: Callable
+
+
+def cuda_bench(timer, materialized_cap_bytes, progress):
+    return Bench(torch.device("cuda"), timer, cuda_peak_bytes, cuda_free_bytes, materialized_cap_bytes, progress)

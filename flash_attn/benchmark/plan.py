@@ -1,0 +1,106 @@
+"""What a run measures: the quick and full sets of configurations, and the user's overrides."""
+
+from dataclasses import dataclass
+
+import torch
+
+from . import impls as impl_lib
+from .shapes import TRAINING_HIDDEN, TRAINING_TOKENS
+
+SUITES = ("speed", "speedup", "memory", "decode")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+FULL_DTYPES = ("bf16", "fp16")
+FULL_HEADDIMS = (64, 128, 256)
+FULL_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+QUICK_DTYPES = ("bf16",)
+QUICK_HEADDIMS = (64, 128)
+QUICK_SEQLENS = (512, 2048, 8192)
+# The quick set adds the longest published point at the head dim most models use: PEERS.md's
+# hd128 non-causal 16k is where the peers reach their best numbers.
+QUICK_EXTRA_POINT = (128, False, 16384)
+
+SPEEDUP_SEQLENS = {"quick": (128, 256, 512, 1024, 2048, 4096),
+                   "full": (128, 256, 512, 1024, 2048, 4096, 8192, 16384)}
+MEMORY_SEQLENS = {"quick": (128, 256, 512, 1024, 2048, 4096, 8192),
+                  "full": (128, 256, 512, 1024, 2048, 4096, 8192, 16384)}
+DECODE_CONFIGS = ((1, 8192), (8, 8192), (32, 4096), (64, 16384), (1, 131072))  # (batch, context)
+
+# The quick set runs naive attention and SDPA MATH only where their estimated peak memory is under
+# this: above it they move tens of GB per call and take longer than all the other peers together.
+QUICK_MATERIALIZED_CAP_BYTES = 10 * 2**30
+
+
+@dataclass(frozen=True)
+class SpeedConfig:
+    dtype: str
+    headdim: int
+    causal: bool
+    seqlen: int
+
+
+@dataclass
+class Plan:
+    """Everything a run measures. The shapes default to /docs/BENCHMARKS.md's; tests shrink them.
+
+    speedup_shape and memory_shape are (batch, nheads, headdim); decode_heads is
+    (nheads, nheads_k, headdim); decode holds (batch, context) pairs."""
+
+    suites: tuple
+    impls: tuple
+    speed: list
+    speedup_seqlens: tuple
+    memory_seqlens: tuple
+    decode: tuple
+    materialized_cap_bytes: float
+    quick: bool = True
+    hidden: int = TRAINING_HIDDEN
+    tokens: int = TRAINING_TOKENS
+    speedup_shape: tuple = (8, 12, 64)  # BERT-base, the shape of the FlashAttention paper's speed-up figure
+    memory_shape: tuple = (8, 16, 64)
+    decode_heads: tuple = (32, 8, 128)
+    speedup_dtype: str = "bf16"
+    memory_dtype: str = "bf16"
+    decode_dtype: str = "bf16"
+
+
+def speed_configs(quick, dtypes=None, headdims=None, seqlens=None):
+    """The speed suite's configurations, causal and non-causal for each (dtype, headdim, seqlen)."""
+    dtypes = dtypes or (QUICK_DTYPES if quick else FULL_DTYPES)
+    headdims = headdims or (QUICK_HEADDIMS if quick else FULL_HEADDIMS)
+    sweep = seqlens or (QUICK_SEQLENS if quick else FULL_SEQLENS)
+    points = [(hd, causal, s) for hd in headdims for causal in (False, True) for s in sweep]
+    if quick and not seqlens and QUICK_EXTRA_POINT[0] in headdims:
+        points.append(QUICK_EXTRA_POINT)
+    points.sort()
+    return [SpeedConfig(dtype, hd, causal, s) for dtype in dtypes for hd, causal, s in points]
+
+
+def build_plan(quick=True, suites=None, dtypes=None, headdims=None, seqlens=None, impls=None):
+    """The plan for the quick (default) or full set. seqlens, when given, replaces the sweep of the
+    speed, speedup and memory suites; dtypes and headdims apply to the speed suite (the other suites
+    have the fixed shapes BENCHMARKS.md gives)."""
+    suites = tuple(suites or SUITES)
+    unknown = [name for name in suites if name not in SUITES]
+    if unknown:
+        raise ValueError(f"unknown suite(s) {', '.join(unknown)}; known: {', '.join(SUITES)}")
+    for name in dtypes or ():
+        if name not in DTYPES:
+            raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)}")
+    for headdim in headdims or ():
+        if headdim <= 0 or TRAINING_HIDDEN % headdim:
+            raise ValueError(f"headdim {headdim} does not divide the training shapes' hidden size {TRAINING_HIDDEN}")
+    impls = tuple(impls or impl_lib.DEFAULT_TRAINING_IMPLS)
+    for name in impls:
+        impl_lib.training_impl(name)  # raises on an unknown name before anything runs
+    key = "quick" if quick else "full"
+    return Plan(
+        suites=suites,
+        impls=impls,
+        speed=speed_configs(quick, dtypes, headdims, seqlens),
+        speedup_seqlens=tuple(seqlens or SPEEDUP_SEQLENS[key]),
+        memory_seqlens=tuple(seqlens or MEMORY_SEQLENS[key]),
+        decode=DECODE_CONFIGS,
+        materialized_cap_bytes=QUICK_MATERIALIZED_CAP_BYTES if quick else float("inf"),
+        quick=quick,
+    )

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build, GPU tests, quick benchmark; the short tables print last.
+#
+#   scripts/gpu_check.sh                 # all stages
+#   STAGES="build test" scripts/gpu_check.sh
+#   PYTEST_ARGS="-k fwd" BENCH_ARGS="--suite speed" scripts/gpu_check.sh
+#   STAGES="sweep" scripts/gpu_check.sh  # tile sweep only (benchmarks/experiments/tile_sweep.cu)
+#
+# Build variables pass through (FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, FLASH_ATTN_CUDA_ARCHS, default
+# here: 90, the machine's arch). The build and test logs (check.log) and the benchmark results
+# (bench/, 6 files) go to $OUT, which the device tool brings back (8 files at most), else to
+# ./gpu_check_out.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_check_out}
+mkdir -p "$OUT"
+STAGES=${STAGES:-"build test bench"}
+export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90}
+summary=()
+
+LOG=$OUT/check.log
+stage() {  # stage NAME COMMAND...: runs, appends its output to $LOG, records wall time and status
+  local name=$1; shift
+  local start=$SECONDS
+  echo "===== $name" >> "$LOG"
+  "$@" 2>&1 | tee /tmp/.stage.log >> "$LOG"
+  local status=${PIPESTATUS[0]}
+  summary+=("$name: exit $status in $((SECONDS - start)) s")
+  return $status
+}
+
+build() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+  echo "MAX_JOBS=$MAX_JOBS FLASH_ATTN_CUDA_ARCHS=$FLASH_ATTN_CUDA_ARCHS FLASH_ATTN_HDIMS=${FLASH_ATTN_HDIMS:-all}" \
+       "FLASH_ATTN_DTYPES=${FLASH_ATTN_DTYPES:-all}"
+  rm -rf build
+  # peak machine memory in use during the build, sampled each second (parallel nvcc jobs add up)
+  local base; base=$(free -m | awk '/Mem:/ {print $3}')
+  (peak=0; while sleep 1; do used=$(free -m | awk '/Mem:/ {print $3}'); ((used > peak)) && peak=$used; \
+    echo "$peak" > /tmp/.build_peak_mb; done) &
+  local sampler=$! start=$SECONDS
+  python3 -m pip install --no-build-isolation --no-deps -e . 2>&1 | grep -E "error|Error|Successfully|warning: C" || true
+  kill $sampler
+  echo "build wall time: $((SECONDS - start)) s; peak memory in use: $(cat /tmp/.build_peak_mb) MB (before: $base MB)"
+  python3 -c "import flash_attn.ops as o; assert o.has_cuda_kernels(), o.cuda_kernels_unavailable_reason(); \
+print('compiled', sorted((str(d), h) for d, h in o.compiled_configs()))"
+}
+
+if [[ $STAGES == *build* ]]; then
+  stage build build; cat /tmp/.stage.log
+fi
+if [[ $STAGES == *test* ]]; then
+  stage test python3 -m pytest -q --maxfail=10 --durations=15 -p no:cacheprovider tests ${PYTEST_ARGS:-}
+  tail -n 40 /tmp/.stage.log
+fi
+if [[ $STAGES == *bench* ]]; then
+  stage bench python3 -m flash_attn.benchmark --quick --out "$OUT/bench" ${BENCH_ARGS:-}
+  grep -v "^\[" /tmp/.stage.log | tail -n 150
+fi
+if [[ $STAGES == *sweep* ]]; then  # tile-configuration sweep, torch-free (benchmarks/experiments)
+  stage sweep bash -c "nvcc -O3 --expt-relaxed-constexpr -I csrc -gencode=arch=compute_90,code=sm_90 \
+    benchmarks/experiments/tile_sweep.cu -o /tmp/tile_sweep && /tmp/tile_sweep"
+  cat /tmp/.stage.log
+fi
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,363 @@
+"""The benchmark's own logic, on CPU: FLOP and byte formulas, shape rules, the quick/full plans, ratios
+with error cells, every suite run end to end on tiny CPU shapes with a stand-in timer, result writing
+(JSON, markdown, plots), and the no-GPU path of `python -m flash_attn.benchmark`."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from flash_attn.benchmark import cells as cells_lib
+from flash_attn.benchmark import env, impls, measure, report, suites
+from flash_attn.benchmark import plan as plan_lib
+from flash_attn.benchmark.cells import ERROR, OK, OOM, SKIPPED, Cell, Row, Suite
+from flash_attn.benchmark.cli import main
+from flash_attn.benchmark.shapes import (
+    AttnShape,
+    attention_flops,
+    format_seqlen,
+    gb_per_s,
+    kv_cache_bytes,
+    materialized_peak_bytes,
+    parse_seqlen,
+    tflops_per_s,
+    training_shape,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FAKE_MS = 0.5
+MIB = 2**20
+GIB = 2**30
+
+
+# ---- shapes and formulas ----
+
+def test_training_shape_follows_hidden_2048_and_16k_tokens():
+    assert training_shape(2048, 64) == AttnShape(8, 2048, 2048, 32, 32, 64)
+    assert training_shape(16384, 128) == AttnShape(1, 16384, 16384, 16, 16, 128)
+    assert training_shape(512, 256) == AttnShape(32, 512, 512, 8, 8, 256)
+    assert training_shape(32768, 64).batch == 1  # never a batch of 0
+    with pytest.raises(ValueError):
+        training_shape(1024, 96)  # 2048 is not a multiple of 96
+
+
+def test_flops_forward_causal_and_backward_factors():
+    shape = AttnShape(2, 1024, 1024, 16, 16, 128)
+    forward = 4 * 2 * 1024 * 1024 * 16 * 128
+    assert attention_flops(shape, False, "fwd") == forward
+    assert attention_flops(shape, True, "fwd") == forward / 2
+    assert attention_flops(shape, False, "bwd") == 2.5 * forward
+    assert attention_flops(shape, True, "bwd") == 2.5 * forward / 2
+    assert attention_flops(shape, False, "fwd+bwd") == 3.5 * forward
+    assert attention_flops(shape, True, "fwd+bwd") == 3.5 * forward / 2
+    assert tflops_per_s(1e12, 1000.0) == pytest.approx(1.0)
+    assert tflops_per_s(2e12, 4.0) == pytest.approx(500.0)
+
+
+def test_every_training_shape_does_the_same_work_per_token_and_seqlen():
+    """batch * seqlen is constant, so forward FLOPs grow linearly with seqlen at a fixed headdim."""
+    flops = [attention_flops(training_shape(s, 128), False) for s in (512, 1024, 2048)]
+    assert flops[1] == 2 * flops[0] and flops[2] == 2 * flops[1]
+
+
+def test_decode_bytes_agree_with_the_peer_table():
+    nbytes = kv_cache_bytes(batch=1, context=8192, nheads_k=8, headdim=128, element_size=2)
+    assert nbytes == 2 * 8192 * 8 * 128 * 2
+    assert gb_per_s(nbytes, 0.0226) == pytest.approx(1487, rel=0.01)  # PEERS.md: cudnn, (1, 8k), 22.6 µs
+
+
+def test_materialized_estimate_agrees_with_measured_naive_peak():
+    estimate = materialized_peak_bytes(AttnShape(8, 8192, 8192, 16, 16, 64), score_element_bytes=2)
+    assert estimate / MIB == pytest.approx(65664, rel=0.01)  # PEERS.md: naive at 8k
+
+
+def test_seqlen_text():
+    assert [parse_seqlen(t) for t in ("512", "2k", "16K", " 128k ")] == [512, 2048, 16384, 131072]
+    assert [format_seqlen(s) for s in (128, 1024, 16384, 1536)] == ["128", "1k", "16k", "1536"]
+
+
+# ---- plans ----
+
+def test_quick_plan():
+    plan = plan_lib.build_plan(quick=True)
+    assert plan.suites == plan_lib.SUITES
+    assert {c.dtype for c in plan.speed} == {"bf16"}
+    assert {c.headdim for c in plan.speed} == {64, 128}
+    points = {(c.headdim, c.causal, c.seqlen) for c in plan.speed}
+    assert (128, False, 16384) in points
+    assert (128, True, 16384) not in points and (64, False, 16384) not in points
+    assert len(plan.speed) == 2 * 2 * 3 + 1
+    assert max(plan.memory_seqlens) == 8192 and min(plan.memory_seqlens) == 128
+    assert min(plan.speedup_seqlens) == 128 and max(plan.speedup_seqlens) >= 4096
+    assert plan.decode == ((1, 8192), (8, 8192), (32, 4096), (64, 16384), (1, 131072))
+    assert "flex" not in plan.impls and "ours" in plan.impls
+    assert plan.materialized_cap_bytes < float("inf")
+
+
+def test_full_plan_and_overrides():
+    full = plan_lib.build_plan(quick=False)
+    assert len(full.speed) == 2 * 3 * 6 * 2
+    assert full.materialized_cap_bytes == float("inf")
+    custom = plan_lib.build_plan(quick=True, suites=("speed",), dtypes=("fp16",), headdims=(128,),
+                                 seqlens=(1024, 4096))
+    assert [(c.dtype, c.headdim, c.causal, c.seqlen) for c in custom.speed] == [
+        ("fp16", 128, False, 1024), ("fp16", 128, False, 4096), ("fp16", 128, True, 1024), ("fp16", 128, True, 4096)]
+    assert custom.memory_seqlens == (1024, 4096) and custom.suites == ("speed",)
+
+
+@pytest.mark.parametrize("kwargs", [{"suites": ("bogus",)}, {"dtypes": ("fp8",)}, {"impls": ("ours", "bogus")},
+                                    {"headdims": (96,)}])
+def test_plan_rejects_unknown_names(kwargs):
+    with pytest.raises(ValueError):
+        plan_lib.build_plan(**kwargs)
+
+
+# ---- cells and ratios ----
+
+def _suite(rows, higher_is_better=True):
+    suite = Suite("t", "T", "TFLOP/s", higher_is_better, columns=["ours", "flash", "cudnn", "naive"],
+                  ours=["ours"], config_keys=["seqlen"], rows=rows)
+    cells_lib.compute_ratios(suite)
+    return suite
+
+
+def test_ratio_against_best_peer_skips_error_and_oom_cells():
+    row = Row({"seqlen": 1024}, {"ours": Cell(OK, 400.0), "flash": Cell(OK, 300.0),
+                                 "cudnn": Cell(ERROR, note="RuntimeError: no kernel"), "naive": Cell(OOM)})
+    _suite([row])
+    assert row.ratios["best_peer"] == "flash"
+    assert row.ratios["ours_over_best_peer"] == pytest.approx(400 / 300)
+    assert row.ratios["ours_over_reference"] == pytest.approx(400 / 300)
+
+
+def test_ratio_picks_fastest_peer_and_handles_lower_is_better():
+    fast = Row({"seqlen": 1}, {"ours": Cell(OK, 400.0), "flash": Cell(OK, 300.0), "cudnn": Cell(OK, 500.0),
+                               "naive": Cell(OK, 50.0)})
+    _suite([fast])
+    assert fast.ratios["best_peer"] == "cudnn"
+    assert fast.ratios["ours_over_best_peer"] == pytest.approx(0.8)
+    memory = Row({"seqlen": 1}, {"ours": Cell(OK, 10.0), "flash": Cell(OK, 20.0), "cudnn": Cell(SKIPPED),
+                                 "naive": Cell(OK, 1000.0)})
+    _suite([memory], higher_is_better=False)
+    assert memory.ratios["best_peer"] == "flash"
+    assert memory.ratios["ours_over_best_peer"] == pytest.approx(2.0)
+
+
+def test_no_ratio_when_ours_or_every_peer_failed():
+    ours_failed = Row({"seqlen": 1}, {"ours": Cell(ERROR, note="x"), "flash": Cell(OK, 1.0),
+                                      "cudnn": Cell(OK, 2.0), "naive": Cell(OK, 3.0)})
+    peers_failed = Row({"seqlen": 1}, {"ours": Cell(OK, 1.0), "flash": Cell(ERROR, note="x"),
+                                       "cudnn": Cell(OOM), "naive": Cell(SKIPPED)})
+    _suite([ours_failed, peers_failed])
+    assert ours_failed.ratios["ours_over_best_peer"] is None
+    assert peers_failed.ratios["best_peer"] is None and peers_failed.ratios["ours_over_best_peer"] is None
+    assert "—" in report.suite_table(_suite([ours_failed, peers_failed]))
+
+
+def test_cell_text():
+    assert cells_lib.format_cell(Cell(OK, 123.456)) == "123.5"
+    assert cells_lib.format_cell(Cell(OOM, note="estimated 80 GiB")) == "OOM"
+    assert cells_lib.format_cell(Cell(SKIPPED)) == "skip"
+    text = cells_lib.format_cell(Cell(ERROR, note="RuntimeError: a | b\nsecond line " + "x" * 200))
+    assert text.startswith("error: a / b") and "\n" not in text and "RuntimeError" not in text
+    assert len(text) <= len("error: ") + cells_lib.SHORT_ERROR_CHARS
+
+
+# ---- the suites, end to end on CPU with stand-in measurements ----
+
+def _cpu_bench(free_bytes=64 * GIB, cap_bytes=64 * GIB, progress=None):
+    def timer(fn):
+        fn()  # runs the real call, so a broken implementation fails here as it would on the GPU
+        return FAKE_MS
+
+    def peak_bytes(step):
+        step()
+        return 3 * MIB
+
+    return measure.Bench(torch.device("cpu"), timer, peak_bytes, lambda: free_bytes, cap_bytes,
+                         progress or (lambda line: None))
+
+
+def _tiny_plan(**overrides):
+    plan = plan_lib.build_plan(quick=True, seqlens=(32,), headdims=(32,))
+    plan.hidden, plan.tokens = 64, 64
+    plan.speedup_shape = plan.memory_shape = (1, 2, 32)
+    plan.decode_heads, plan.decode = (4, 2, 32), ((1, 48),)
+    for key, value in overrides.items():
+        setattr(plan, key, value)
+    return plan
+
+
+def test_speed_suite_on_cpu():
+    lines = []
+    suite = suites.run_speed(_cpu_bench(progress=lines.append), _tiny_plan())
+    assert len(suite.rows) == 2 * 3  # (non-causal, causal) x (fwd, bwd, fwd+bwd)
+    assert len(lines) == 2 and lines[0].startswith("[speed 1/2]")
+    for row in suite.rows:
+        assert set(row.cells) == set(suite.columns)
+        shape = AttnShape(row.config["batch"], 32, 32, row.config["nheads"], row.config["nheads"], 32)
+        expected = tflops_per_s(attention_flops(shape, row.config["causal"], row.config["pass"]), FAKE_MS)
+        for name in ("ours", "flash", "math", "naive"):
+            assert row.cells[name].status == OK, (name, row.cells[name].note)
+            assert row.cells[name].value == pytest.approx(expected)
+        assert all(cell.status in (OK, ERROR) for cell in row.cells.values())
+        assert row.ratios["ours_over_best_peer"] == pytest.approx(1.0)
+    fwd = [row for row in suite.rows if row.config["pass"] == "fwd"]
+    assert all(row.extra["ours_max_abs_diff"] < 0.05 for row in fwd)  # ours and sdpa-flash agree
+    assert set(suite.noise["times_ms"]) >= {"ours fwd", "ours bwd", "ours fwd+bwd"}
+    assert suite.noise["max_spread_pct"] == 0.0
+
+
+def test_a_failing_peer_is_recorded_and_the_run_goes_on(monkeypatch):
+    def broken(q, k, v, causal):
+        raise RuntimeError("boom | bad\nsecond line")
+
+    monkeypatch.setattr(impls, "naive_forward", broken)
+    suite = suites.run_speed(_cpu_bench(), _tiny_plan())
+    for row in suite.rows:
+        assert row.cells["naive"].status == ERROR and "boom" in row.cells["naive"].note
+        assert row.cells["ours"].status == OK
+    table = report.suite_table(suite)
+    assert "error: boom / bad" in table and "second line" not in table
+
+
+def test_out_of_memory_is_an_oom_cell(monkeypatch):
+    def too_big(q, k, v, causal):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(impls, "naive_forward", too_big)
+    suite = suites.run_speed(_cpu_bench(), _tiny_plan())
+    assert all(row.cells["naive"].status == OOM for row in suite.rows)
+
+
+def test_materializing_peers_are_estimated_before_they_run():
+    no_room = suites.run_speed(_cpu_bench(free_bytes=0), _tiny_plan())
+    assert all(row.cells[name].status == OOM for row in no_room.rows for name in ("naive", "math"))
+    assert all(row.cells["ours"].status == OK for row in no_room.rows)  # streaming ones run regardless
+    over_cap = suites.run_speed(_cpu_bench(), _tiny_plan(materialized_cap_bytes=0))
+    assert all(row.cells[name].status == SKIPPED for row in over_cap.rows for name in ("naive", "math"))
+
+
+def test_speedup_memory_and_decode_suites_on_cpu():
+    bench, plan = _cpu_bench(), _tiny_plan()
+    speedup = suites.run_speedup(bench, plan)
+    assert [row.config["causal"] for row in speedup.rows] == [False, True]
+    assert all(row.extra["speedup_ours"] == pytest.approx(1.0) for row in speedup.rows)
+    memory = suites.run_memory(bench, plan)
+    assert all(row.cells["ours"].value == pytest.approx(3.0) for row in memory.rows)
+    assert all(row.extra["reduction_vs_naive"] == pytest.approx(1.0) for row in memory.rows)
+    decode = suites.run_decode(bench, plan)
+    row = decode.rows[0]
+    nbytes = kv_cache_bytes(1, 48, 2, 32, 2)
+    assert row.cells["ours"].value == pytest.approx(gb_per_s(nbytes, FAKE_MS))
+    assert row.cells["naive"].status == OK and row.cells["math"].status == OK
+    assert all(cell.status in (OK, ERROR) for cell in row.cells.values())
+    if impls.kvcache_function() is None:
+        assert any("flash_attn_with_kvcache" in note for note in decode.notes)
+
+
+def test_naive_decode_matches_sdpa_with_gqa():
+    q = torch.randn(2, 1, 8, 16)
+    k, v = torch.randn(2, 40, 2, 16), torch.randn(2, 40, 2, 16)
+    expected = impls.sdpa_forward(q, impls.repeat_kv(k, 8), impls.repeat_kv(v, 8), causal=False)
+    torch.testing.assert_close(impls.naive_decode(q, k, v), expected)
+
+
+# ---- results: JSON, markdown, plots ----
+
+def _metadata():
+    metadata = env.collect_metadata("stand-in timer", ["--quick"])
+    metadata["set"] = "test"
+    return metadata
+
+
+def _all_suites():
+    bench, plan = _cpu_bench(), _tiny_plan()
+    return [runner(bench, plan) for runner in suites.RUNNERS.values()]
+
+
+def test_results_json_and_markdown(tmp_path):
+    all_suites = _all_suites()
+    all_suites[0].rows[0].extra["ours_max_abs_diff"] = float("nan")  # JSON has no NaN: written as text
+    metadata = _metadata()
+    paths = report.write_results(tmp_path / "out", metadata, all_suites)
+    assert [p.name for p in paths] == ["results.json", "results.md"]
+    data = json.loads(paths[0].read_text())
+    for key in ("device", "torch", "cuda", "cudnn", "date", "timer"):
+        assert key in data["metadata"]
+    assert set(data["suites"]) == {"speed", "speedup", "memory", "decode"}
+    assert data["suites"]["speed"]["rows"][0]["extra"]["ours_max_abs_diff"] == "nan"
+    markdown = paths[1].read_text()
+    assert markdown.startswith("# flash_attn benchmark")
+    assert metadata["device"] in markdown and metadata["date"] in markdown and metadata["torch"] in markdown
+    assert "ours / best peer" in markdown and "ours / sdpa-flash" in markdown
+    table_lines = [line for line in markdown.splitlines() if line.startswith("|")]
+    assert len({line.count("|") for line in table_lines if "---" not in line}) >= 1
+    for suite in all_suites:
+        widths = {line.count("|") for line in report.suite_table(suite).splitlines()}
+        assert len(widths) == 1, suite.name  # every row has as many cells as the header
+
+
+def test_plots_are_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    from flash_attn.benchmark import plots
+
+    plt = plots.load_pyplot()
+    metadata = _metadata()
+    names = []
+    for suite in _all_suites():
+        names += [p.name for p in plots.write_plots(plt, suite, metadata, tmp_path)]
+    assert sorted(names) == ["decode.png", "memory.png", "speed_bf16.png", "speedup.png"]
+    for name in names:
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_results_folder_is_named_by_device_and_date():
+    assert env.device_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    folder = env.default_results_dir({"device": "NVIDIA H200", "date": "2026-11-22"})
+    assert folder == Path("benchmarks/results/nvidia-h200_2026-11-22")
+
+
+def test_cudnn_version_text(monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91900)
+    assert env.cudnn_version() == "9.19.0"
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 8902)
+    assert env.cudnn_version() == "8.9.2"
+
+
+# ---- the command ----
+
+def test_cli_without_gpu_checks_the_cpu_path_and_exits_0():
+    environment = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run([sys.executable, "-m", "flash_attn.benchmark", "--suite", "speed", "--no-plots"],
+                            cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "No GPU found" in result.stdout
+    last_lines = result.stdout.strip().splitlines()[-2:]
+    assert all(line.startswith("|") and "yes" in line for line in last_lines)
+
+
+def test_gpu_run_writes_each_suite_and_prints_the_report_last(tmp_path, monkeypatch, capsys):
+    """The GPU command's orchestration, with the CPU stand-in bench in place of the CUDA one."""
+    from flash_attn.benchmark import cli
+
+    monkeypatch.setattr(cli, "cuda_bench", lambda timer, cap, progress: _cpu_bench(progress=progress))
+    monkeypatch.setattr(cli, "warm_up_gpu", lambda: None)
+    argv = ["--out", str(tmp_path), "--no-plots"]
+    assert cli.gpu_run(cli.parse_args(argv), _tiny_plan(), argv) == 0
+    captured = capsys.readouterr()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "results.md"]
+    assert captured.out == (tmp_path / "results.md").read_text()
+    assert "[speed 1/2]" in captured.err and "decode done" in captured.err
+    assert json.loads((tmp_path / "results.json").read_text())["metadata"]["arguments"] == argv
+
+
+@pytest.mark.parametrize("argv", [["--suite", "bogus"], ["--impls", "ours,nope"], ["--dtypes", "fp8"]])
+def test_cli_rejects_bad_arguments(argv, capsys):
+    assert main(argv) == 2
+    assert "error" in capsys.readouterr().err
