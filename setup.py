@@ -71,6 +71,7 @@ def _cuda_extension():
     return CUDAExtension(
         name="flash_attn._C",
         sources=sources,
+        include_dirs=[os.path.join(ROOT, "csrc")],
         extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags},
     )
 

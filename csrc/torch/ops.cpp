@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "../flash/launch_api.h"
-#include "../instantiations/compiled_configs.h"
+#include "flash/launch_api.h"
+#include "instantiations/compiled_configs.h"
 
 namespace {
 
