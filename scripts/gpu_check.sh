@@ -13,18 +13,21 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_check_out}
-mkdir -p "$OUT"
+mkdir -p "$OUT"; export OUT
 STAGES=${STAGES:-"build test bench"}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90}
 summary=()
 
 LOG=$OUT/check.log
+# Per-stage time limits (seconds) so one stuck stage leaves time for the others' output.
+declare -A LIMIT=([build]=${BUILD_LIMIT:-300} [test]=${TEST_LIMIT:-300} [bench]=${BENCH_LIMIT:-240}
+                  [sweep]=${SWEEP_LIMIT:-150})
 stage() {  # stage NAME COMMAND...: runs, appends its output to $LOG, records wall time and status
   local name=$1; shift
   local start=$SECONDS
   echo "===== $name" >> "$LOG"
-  "$@" 2>&1 | tee /tmp/.stage.log >> "$LOG"
+  timeout "${LIMIT[$name]}" "$@" 2>&1 | tee /tmp/.stage.log >> "$LOG"
   local status=${PIPESTATUS[0]}
   summary+=("$name: exit $status in $((SECONDS - start)) s")
   return $status
@@ -49,7 +52,8 @@ print('compiled', sorted((str(d), h) for d, h in o.compiled_configs()))"
 }
 
 if [[ $STAGES == *build* ]]; then
-  stage build build; cat /tmp/.stage.log
+  export -f build
+  stage build bash -c build; cat /tmp/.stage.log
 fi
 if [[ $STAGES == *test* ]]; then
   stage test python3 -m pytest -q --maxfail=10 --durations=15 -p no:cacheprovider tests ${PYTEST_ARGS:-}
