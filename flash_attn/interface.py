@@ -19,7 +19,7 @@ def _kernel_input(t, headdim_padded):
     the layout one the kernels read in place."""
     if t.shape[-1] != headdim_padded:
         t = F.pad(t, (0, headdim_padded - t.shape[-1]))
-    return t if ops.kernel_ready_layout(t) else t.contiguous()
+    return ops.as_kernel_ready(t)
 
 
 def _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,

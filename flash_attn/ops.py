@@ -90,6 +90,9 @@ def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal):
 def _fwd_setup_context(ctx, inputs, output):
     q, k, v, softmax_scale, causal = inputs
     out, lse = output
+    # No gradient flows through lse (as in FlashAttention 2); without this, autograd would allocate
+    # a zero dlse (batch x nheads x seqlen_q float32) for every backward.
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.softmax_scale = softmax_scale
     ctx.causal = causal
@@ -101,10 +104,17 @@ def kernel_ready_layout(t):
     return t.stride(-1) == 1 and t.storage_offset() % 8 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
 
 
+def as_kernel_ready(t):
+    """`t` itself when the kernels can read it in place, else a fresh contiguous copy (a fresh
+    allocation also fixes a misaligned storage offset, which .contiguous() would keep)."""
+    return t if kernel_ready_layout(t) else t.clone(memory_format=torch.contiguous_format)
+
+
 def _fwd_backward(ctx, dout, _dlse):
     q, k, v, out, lse = ctx.saved_tensors
-    if not kernel_ready_layout(dout):  # autograd may hand us expanded or transposed gradients
-        dout = dout.contiguous()
+    if dout is None:  # the loss depends on lse alone: zero gradients, as FlashAttention 2 gives
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None, None
+    dout = as_kernel_ready(dout)  # autograd may hand us expanded or transposed gradients
     dq, dk, dv = torch.ops.flash_attn.bwd(dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal)
     return dq, dk, dv, None, None
 

@@ -180,20 +180,22 @@ int main() {
         Buffers b = allocate(pb);
         if (headdim == 64) {
           FWD(true, FwdConfig<64, 128, 64, 4>);
+          FWD(false, FwdConfig<64, 128, 32, 4>);
           FWD(false, FwdConfig<64, 128, 128, 4>);
-          FWD(false, FwdConfig<64, 128, 64, 8>);
-          FWD(false, FwdConfig<64, 128, 128, 8>);
+          FWD(false, FwdConfig<64, 64, 64, 4>);
           BWD(true, BwdConfig<64, 64, 128, 8, 8, 8, 4>);
-          BWD(false, BwdConfig<64, 128, 128, 8, 8, 8, 8>);
-          BWD(false, BwdConfig<64, 64, 64, 4, 4, 4, 4>);
+          BWD(false, BwdConfig<64, 64, 128, 8, 4, 4, 4>);
+          BWD(false, BwdConfig<64, 128, 128, 8, 4, 4, 4>);
+          BWD(false, BwdConfig<64, 64, 128, 8, 4, 4, 2>);
         } else {
           FWD(true, FwdConfig<128, 128, 64, 4>);
-          FWD(false, FwdConfig<128, 128, 64, 8>);
-          FWD(false, FwdConfig<128, 128, 128, 8>);
+          FWD(false, FwdConfig<128, 128, 32, 4>);
           FWD(false, FwdConfig<128, 64, 64, 4>);
-          BWD(true, BwdConfig<128, 64, 128, 8, 8, 8, 4>);
-          BWD(false, BwdConfig<128, 64, 128, 8, 4, 4, 4>);
-          BWD(false, BwdConfig<128, 64, 64, 4, 4, 4, 4>);
+          FWD(false, FwdConfig<128, 128, 64, 8>);
+          BWD(true, BwdConfig<128, 64, 128, 8, 4, 4, 4>);
+          BWD(false, BwdConfig<128, 64, 128, 8, 4, 4, 2>);
+          BWD(false, BwdConfig<128, 64, 128, 8, 4, 2, 4>);
+          BWD(false, BwdConfig<128, 64, 128, 8, 8, 8, 4>);
         }
         release(b);
       }

@@ -102,6 +102,18 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
   arch::warp_gemm_ss<kMT, kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
       dprobs_t, sV, Cfg::kStride, key0, stage.dout, Cfg::kStride, query0, lane);
 
+  if (needs_mask) {  // only blocks on the causal diagonal or the sequence ends
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int key = key0 + mt * arch::kAtomM + arch::acc_row(lane, r);
+          const int query = query0 + nt * arch::kAtomN + arch::acc_col(lane, r);
+          if (!mask.visible(m0 + query, n0 + key)) scores_t[mt][nt][r] = -INFINITY;  // P = exp2(-inf) = 0
+        }
+  }
   constexpr float kLog2e = 1.4426950408889634f;
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
@@ -115,9 +127,7 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = 2 * h + j;
-          const int key = key0 + mt * arch::kAtomM + arch::acc_row(lane, r);
-          float prob = arch::exp2_approx(fmaf(scores_t[mt][nt][r], p.fwd.scale_log2, -lse_log2));
-          if (needs_mask && !mask.visible(m0 + query, n0 + key)) prob = 0.f;
+          const float prob = arch::exp2_approx(fmaf(scores_t[mt][nt][r], p.fwd.scale_log2, -lse_log2));
           scores_t[mt][nt][r] = prob;
           dprobs_t[mt][nt][r] = prob * (dprobs_t[mt][nt][r] - dsum) * p.fwd.softmax_scale;
         }
@@ -139,17 +149,21 @@ __device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const 
       dq, sdSt, Cfg::kScoreStride, query0, sK, Cfg::kStride, dim0, lane);
   const AttentionShape& shape = p.fwd.shape;
   float* dq_rows = element_ptr<float>(p.dq_accum, batch, m0, head);
+  // Bounds checks only where the block passes the end of the queries or the head dim is padded.
+  const bool in_bounds = m0 + Cfg::kBlockM <= shape.seqlen_q && shape.headdim == Cfg::kHeadDim;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
+    for (int h = 0; h < 2; ++h) {
+      const int row = query0 + mt * arch::kAtomM + arch::acc_row(lane, 2 * h);
+      float* dq_row = dq_rows + row * p.dq_accum.row_stride;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = query0 + mt * arch::kAtomM + arch::acc_row(lane, 2 * h);
+      for (int nt = 0; nt < kNT; ++nt) {
         const int col = dim0 + nt * arch::kAtomN + arch::acc_col(lane, 0);
-        if (m0 + row < shape.seqlen_q && col < shape.headdim)
-          arch::atomic_add_pair(dq_rows + row * p.dq_accum.row_stride + col, dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]);
+        if (in_bounds || (m0 + row < shape.seqlen_q && col < shape.headdim))
+          arch::atomic_add_pair(dq_row + col, dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]);
       }
+    }
 }
 
 template <typename T, typename Cfg>

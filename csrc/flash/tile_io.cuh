@@ -19,21 +19,29 @@ __host__ __device__ constexpr int padded_stride() {
 
 // Issues cp.async copies of rows [0, rows_valid) x cols [0, cols_valid) of a global tile into a
 // (kRows x kCols) shared tile; the rest is zero-filled. Caller commits and waits.
+// Each thread owns one 16-byte column chunk and walks down the rows by pointer increments: keeping
+// one address per chunk instead would pin ~2 registers per chunk across the whole K/V loop.
 template <int kRows, int kCols, int kThreads, typename T>
 __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t row_stride, int rows_valid,
                                                 int cols_valid, int tid) {
   constexpr int kChunksPerRow = kCols / kElementsPer16B;
-  constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // threads past kRowsPerPass rows' worth idle
+  constexpr int kPasses = ceil_div(kRows, kRowsPerPass);
+  const int row0 = tid / kChunksPerRow;
+  const int col = (tid % kChunksPerRow) * kElementsPer16B;
+  if (kThreads % kChunksPerRow != 0 && row0 >= kRowsPerPass) return;
+  const bool col_valid = col < cols_valid;
+  const T* src = gmem + row0 * row_stride + col;
+  const int64_t pass_stride = kRowsPerPass * row_stride;
+  T* dst = smem + row0 * padded_stride<kCols>() + col;
 #pragma unroll
-  for (int i = 0; i < ceil_div(kChunks, kThreads); ++i) {
-    const int chunk = tid + i * kThreads;
-    if (kChunks % kThreads == 0 || chunk < kChunks) {
-      const int row = chunk / kChunksPerRow;
-      const int col = (chunk % kChunksPerRow) * kElementsPer16B;
-      const bool valid = row < rows_valid && col < cols_valid;
-      const T* src = valid ? gmem + row * row_stride + col : gmem;
-      arch::cp_async_16(smem + row * padded_stride<kCols>() + col, src, valid);
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int row = row0 + pass * kRowsPerPass;
+    if (kRows % kRowsPerPass == 0 || row < kRows) {
+      const bool valid = col_valid && row < rows_valid;
+      arch::cp_async_16(dst + pass * kRowsPerPass * padded_stride<kCols>(), valid ? src : gmem, valid);
     }
+    src += pass_stride;
   }
 }
 
