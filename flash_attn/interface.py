@@ -14,12 +14,9 @@ from .reference import default_softmax_scale
 _HEADDIM_ALIGNMENT = 8  # the kernels move rows in 16-byte pieces
 
 
-def _kernel_input(t, headdim_padded):
-    """Pad the head dim to a multiple of 8 (zeros change no score and no output column) and make
-    the layout one the kernels read in place."""
-    if t.shape[-1] != headdim_padded:
-        t = F.pad(t, (0, headdim_padded - t.shape[-1]))
-    return ops.as_kernel_ready(t)
+def _pad_headdim(t, headdim_padded):
+    """Zeros appended to the head dim change no score and no output column."""
+    return t if t.shape[-1] == headdim_padded else F.pad(t, (0, headdim_padded - t.shape[-1]))
 
 
 def _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
@@ -29,8 +26,9 @@ def _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, 
     headdim = q.shape[-1]
     if softmax_scale is None:
         softmax_scale = default_softmax_scale(headdim)
+    validation.check_softmax_scale(softmax_scale)
     headdim_padded = -(-headdim // _HEADDIM_ALIGNMENT) * _HEADDIM_ALIGNMENT
-    q, k, v = (_kernel_input(t, headdim_padded) for t in (q, k, v))
+    q, k, v = (_pad_headdim(t, headdim_padded) for t in (q, k, v))
     out, softmax_lse = torch.ops.flash_attn.fwd(q, k, v, float(softmax_scale), bool(causal))
     out = out[..., :headdim]
     if return_attn_probs:

@@ -9,7 +9,10 @@ dispatch key; CPU tensors run the chunked fp32 reference (the slow path). Fake k
 ops traceable by torch.compile, and the autograd formula makes fwd differentiable through bwd.
 
 Shapes: q (b, sq, h, d), k/v (b, sk, hk, d), d a multiple of 8 (the public functions pad),
-out (b, sq, h, d) contiguous, lse (b, h, sq) float32, dq/dk/dv contiguous like q/k/v.
+out (b, sq, h, d) contiguous, lse (b, h, sq) float32, dq/dk/dv contiguous like q/k/v. Inputs may
+have any strides (the CUDA op copies those its kernels cannot read in place: odd strides, a
+misaligned start, or a non-unit last-dim stride of dout), except a non-unit last-dim stride of q,
+k or v, which FlashAttention 2 rejects too.
 """
 
 import torch
@@ -98,23 +101,10 @@ def _fwd_setup_context(ctx, inputs, output):
     ctx.causal = causal
 
 
-def kernel_ready_layout(t):
-    """True when the kernels can read `t` in place: unit stride on the last dim and 16-byte
-    aligned rows (every other stride and the storage offset a multiple of 8 elements)."""
-    return t.stride(-1) == 1 and t.storage_offset() % 8 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
-
-
-def as_kernel_ready(t):
-    """`t` itself when the kernels can read it in place, else a fresh contiguous copy (a fresh
-    allocation also fixes a misaligned storage offset, which .contiguous() would keep)."""
-    return t if kernel_ready_layout(t) else t.clone(memory_format=torch.contiguous_format)
-
-
 def _fwd_backward(ctx, dout, _dlse):
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:  # the loss depends on lse alone: zero gradients, as FlashAttention 2 gives
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None, None
-    dout = as_kernel_ready(dout)  # autograd may hand us expanded or transposed gradients
     dq, dk, dv = torch.ops.flash_attn.bwd(dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal)
     return dq, dk, dv, None, None
 

@@ -46,7 +46,8 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, comput
     if causal:
         keep = causal_keep_mask(q.shape[1], k.shape[1], q.device)
         scores = scores.masked_fill(~keep, float("-inf"))
-    lse = torch.logsumexp(scores.float(), dim=-1)  # (b, h, sq), -inf on fully masked rows
+    lse_dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
+    lse = torch.logsumexp(scores.to(lse_dtype), dim=-1)  # (b, h, sq), -inf on fully masked rows
     probs = torch.softmax(scores, dim=-1)
     probs = probs.nan_to_num(0.0)  # a fully masked row has no keys: its output is 0
     out = torch.einsum("bhts,bshd->bthd", probs.to(v.dtype), v)

@@ -2,6 +2,7 @@
 before any kernel runs."""
 
 import functools
+import math
 
 import torch
 
@@ -27,6 +28,12 @@ def check_not_yet_implemented(dropout_p, window_size, softcap, alibi_slopes, det
         raise NotImplementedError(
             "flash_attn: deterministic=True is not implemented yet (the backward adds dq with atomics)"
         )
+
+
+def check_softmax_scale(softmax_scale):
+    """The kernels mask with -inf before scaling, which needs a positive scale."""
+    if not (math.isfinite(softmax_scale) and softmax_scale > 0):
+        raise ValueError(f"flash_attn: softmax_scale must be a positive finite number, got {softmax_scale}")
 
 
 def check_packed(name, tensor, rank, packed_dim, packed_size):

@@ -62,17 +62,26 @@ cudaError_t launch_bwd(at::ScalarType dtype, int headdim, const flash::BwdParams
   return cudaErrorInvalidValue;
 }
 
-void check_kernel_layout(const at::Tensor& t, const char* name) {
+void check_cuda_4d(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda(), "flash_attn: ", name, " must be a CUDA tensor, got ", t.device());
   TORCH_CHECK(t.dim() == 4, "flash_attn: ", name, " must have 4 dims, got ", t.sizes());
-  TORCH_CHECK(t.size(3) <= 1 || t.stride(3) == 1, "flash_attn: ", name,
-              " must have a contiguous last dimension, got strides ", t.strides());
+}
+
+// The kernels move rows in 16-byte pieces: unit stride on the last dim, every other stride a
+// multiple of 8 elements and a 16-byte aligned start (dims of size 1 have no stride to obey).
+bool kernel_ready(const at::Tensor& t) {
+  if (t.size(3) > 1 && t.stride(3) != 1) return false;
   for (int dim = 0; dim < 3; ++dim) {
-    TORCH_CHECK(t.size(dim) <= 1 || t.stride(dim) % kRowAlignment == 0, "flash_attn: ", name,
-                " must have strides that are multiples of 8 elements (16 bytes), got ", t.strides());
+    if (t.size(dim) > 1 && t.stride(dim) % kRowAlignment != 0) return false;
   }
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "flash_attn: ", name,
-              " must be 16-byte aligned");
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
+// `t` itself when the kernels can read it in place, else a fresh contiguous copy (a new
+// allocation, so a misaligned start is fixed too). Outputs never depend on it: they are allocated
+// contiguous, as the fake kernels say.
+at::Tensor kernel_ready_copy(const at::Tensor& t) {
+  return kernel_ready(t) ? t : at::empty(t.sizes(), t.options()).copy_(t);
 }
 
 void check_same_shape(const at::Tensor& t, const at::Tensor& like, const char* name, const char* like_name) {
@@ -82,9 +91,13 @@ void check_same_shape(const at::Tensor& t, const at::Tensor& like, const char* n
 
 // Checks shared by fwd and bwd; returns the compiled head dim that serves q's head dim.
 int check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double softmax_scale) {
-  check_kernel_layout(q, "q");
-  check_kernel_layout(k, "k");
-  check_kernel_layout(v, "v");
+  check_cuda_4d(q, "q");
+  check_cuda_4d(k, "k");
+  check_cuda_4d(v, "v");
+  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    TORCH_CHECK_VALUE(t->size(3) <= 1 || t->stride(3) == 1, "flash_attn: ", name,
+                      " must have a contiguous last dimension, got strides ", t->strides());
+  }
   TORCH_CHECK(k.device() == q.device() && v.device() == q.device(), "flash_attn: q, k and v must be on one device");
   const auto dtype = q.scalar_type();
   TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "flash_attn: q must be float16 or bfloat16, got ",
@@ -144,10 +157,11 @@ void check_launch(cudaError_t err, const char* pass, at::ScalarType dtype, int h
               ": ", cudaGetErrorString(err));
 }
 
-std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                            double softmax_scale, bool causal) {
-  const int kernel_hd = check_attention_inputs(q, k, v, softmax_scale);
-  const c10::cuda::CUDAGuard guard(q.device());
+  const int kernel_hd = check_attention_inputs(q_in, k_in, v_in, softmax_scale);
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const auto q = kernel_ready_copy(q_in), k = kernel_ready_copy(k_in), v = kernel_ready_copy(v_in);
   auto out = at::empty(q.sizes(), q.options());
   auto lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
   poison({out, lse});
@@ -158,20 +172,23 @@ std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor& q, const at::Tensor
   return {out, lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(const at::Tensor& dout, const at::Tensor& q,
-                                                       const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                                                       const at::Tensor& lse, double softmax_scale, bool causal) {
-  const int kernel_hd = check_attention_inputs(q, k, v, softmax_scale);
-  check_kernel_layout(dout, "dout");
-  check_kernel_layout(out, "out");
-  check_same_shape(dout, q, "dout", "q");
-  check_same_shape(out, q, "out", "q");
-  TORCH_CHECK(dout.scalar_type() == q.scalar_type() && out.scalar_type() == q.scalar_type(),
+std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(const at::Tensor& dout_in, const at::Tensor& q_in,
+                                                       const at::Tensor& k_in, const at::Tensor& v_in,
+                                                       const at::Tensor& out_in, const at::Tensor& lse,
+                                                       double softmax_scale, bool causal) {
+  const int kernel_hd = check_attention_inputs(q_in, k_in, v_in, softmax_scale);
+  check_cuda_4d(dout_in, "dout");
+  check_cuda_4d(out_in, "out");
+  check_same_shape(dout_in, q_in, "dout", "q");
+  check_same_shape(out_in, q_in, "out", "q");
+  TORCH_CHECK(dout_in.scalar_type() == q_in.scalar_type() && out_in.scalar_type() == q_in.scalar_type(),
               "flash_attn: dout and out must have q's dtype");
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const auto q = kernel_ready_copy(q_in), k = kernel_ready_copy(k_in), v = kernel_ready_copy(v_in);
+  const auto dout = kernel_ready_copy(dout_in), out = kernel_ready_copy(out_in);
   TORCH_CHECK(lse.is_cuda() && lse.device() == q.device() && lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
                   lse.sizes() == at::IntArrayRef({q.size(0), q.size(2), q.size(1)}),
               "flash_attn: lse must be a contiguous float32 (batch, nheads, seqlen_q) tensor on q's device");
-  const c10::cuda::CUDAGuard guard(q.device());
   const int64_t batch = q.size(0), seqlen_q = q.size(1), heads = q.size(2), headdim = q.size(3);
   const int64_t seqlen_k = k.size(1), heads_k = k.size(2);
   const bool expand_kv = heads != heads_k;  // GQA / MQA: one dK/dV slice per query head, summed below

@@ -1,0 +1,147 @@
+"""Bad inputs raise a clear error naming the argument, before any kernel runs (CPU, runs in CI)."""
+
+import pytest
+import torch
+
+import flash_attn
+from flash_attn import validation
+
+BF16 = torch.bfloat16
+
+
+def qkv(q_shape=(2, 8, 4, 16), kv_shape=(2, 8, 4, 16), dtype=BF16, **overrides):
+    """Valid q, k, v; `overrides` replaces one of them by name."""
+    tensors = {"q": torch.randn(q_shape, dtype=dtype), "k": torch.randn(kv_shape, dtype=dtype),
+               "v": torch.randn(kv_shape, dtype=dtype)}
+    tensors.update(overrides)
+    return tensors["q"], tensors["k"], tensors["v"]
+
+
+BAD_INPUTS = {  # name: (q, k, v, exception, message pattern)
+    "k_on_other_device": (*qkv(k=torch.randn(2, 8, 4, 16, dtype=BF16, device="meta")), ValueError,
+                          r"k is on meta but q is on cpu"),
+    "v_on_other_device": (*qkv(v=torch.randn(2, 8, 4, 16, dtype=BF16, device="meta")), ValueError,
+                          r"v is on meta but q is on cpu"),
+    "q_fp32": (*qkv(dtype=torch.float32), TypeError, r"q has dtype torch.float32; supported dtypes are float16 and"),
+    "q_int": (*qkv(q=torch.ones(2, 8, 4, 16, dtype=torch.int32)), TypeError, r"q has dtype torch.int32"),
+    "k_fp16_q_bf16": (*qkv(k=torch.randn(2, 8, 4, 16, dtype=torch.float16)), TypeError,
+                      r"k has dtype torch.float16 but q has torch.bfloat16"),
+    "v_fp32_q_bf16": (*qkv(v=torch.randn(2, 8, 4, 16)), TypeError, r"v has dtype torch.float32 but q"),
+    "q_rank_3": (*qkv(q=torch.randn(8, 4, 16, dtype=BF16)), ValueError, r"q must have 4 dims"),
+    "k_rank_5": (*qkv(k=torch.randn(2, 8, 4, 16, 1, dtype=BF16)), ValueError, r"k must have 4 dims"),
+    "v_rank_3": (*qkv(v=torch.randn(8, 4, 16, dtype=BF16)), ValueError, r"v must have 4 dims"),
+    "k_v_seqlen_differ": (*qkv(v=torch.randn(2, 9, 4, 16, dtype=BF16)), ValueError,
+                          r"k and v must have the same shape"),
+    "k_v_heads_differ": (*qkv(v=torch.randn(2, 8, 2, 16, dtype=BF16)), ValueError, r"k and v must have the same"),
+    "batch_mismatch": (*qkv(kv_shape=(3, 8, 4, 16)), ValueError, r"k has batch 3 but q has batch 2"),
+    "headdim_mismatch": (*qkv(kv_shape=(2, 8, 4, 24)), ValueError, r"k and v have headdim 24 but q has headdim 16"),
+    "headdim_257": (*qkv(q_shape=(2, 8, 4, 257), kv_shape=(2, 8, 4, 257)), ValueError,
+                    r"headdim 257 is not supported; it must be between 1 and 256"),
+    "headdim_0": (*qkv(q_shape=(2, 8, 4, 0), kv_shape=(2, 8, 4, 0)), ValueError, r"headdim 0 is not supported"),
+    "nheads_not_multiple": (*qkv(kv_shape=(2, 8, 3, 16)), ValueError,
+                            r"nheads of q \(4\) must be a multiple of nheads of k/v \(3\)"),
+    "nheads_k_zero": (*qkv(kv_shape=(2, 8, 0, 16)), ValueError, r"nheads of q \(4\) must be a multiple"),
+    "q_last_dim_strided": (*qkv(q=torch.randn(2, 8, 4, 32, dtype=BF16)[..., ::2]), ValueError,
+                           r"q must have a contiguous last dimension"),
+    "k_last_dim_strided": (*qkv(k=torch.randn(2, 8, 4, 32, dtype=BF16)[..., ::2]), ValueError,
+                           r"k must have a contiguous last dimension"),
+    "v_last_dim_strided": (*qkv(v=torch.randn(2, 16, 4, 8, dtype=BF16).transpose(1, 3)), ValueError,
+                           r"v must have a contiguous last dimension"),
+    "q_not_a_tensor": (*qkv(q=[[1.0]]), TypeError, r"q must be a torch.Tensor, got list"),
+    "v_not_a_tensor": (*qkv(v=None), TypeError, r"v must be a torch.Tensor, got NoneType"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=str)
+def test_bad_inputs_raise_naming_the_argument(case):
+    q, k, v, exception, message = BAD_INPUTS[case]
+    with pytest.raises(exception, match=message):
+        flash_attn.flash_attn_func(q, k, v)
+
+
+NOT_IMPLEMENTED = {  # argument: (non-default value, message pattern)
+    "dropout_p": (0.1, r"dropout_p=0.1 is not implemented"),
+    "window_size": ((128, 0), r"window_size=\(128, 0\) \(local attention\) is not implemented"),
+    "softcap": (30.0, r"softcap=30.0 is not implemented"),
+    "alibi_slopes": (torch.ones(4), r"alibi_slopes is not implemented"),
+    "deterministic": (True, r"deterministic=True is not implemented"),
+}
+PUBLIC_CALLS = {  # name: call(kwargs) on valid CPU inputs
+    "flash_attn_func": lambda **kw: flash_attn.flash_attn_func(*qkv(), **kw),
+    "flash_attn_qkvpacked_func": lambda **kw: flash_attn.flash_attn_qkvpacked_func(
+        torch.randn(2, 8, 3, 4, 16, dtype=BF16), **kw),
+    "flash_attn_kvpacked_func": lambda **kw: flash_attn.flash_attn_kvpacked_func(
+        torch.randn(2, 8, 4, 16, dtype=BF16), torch.randn(2, 8, 2, 2, 16, dtype=BF16), **kw),
+}
+
+
+@pytest.mark.parametrize("function", PUBLIC_CALLS)
+@pytest.mark.parametrize("argument", NOT_IMPLEMENTED)
+def test_not_implemented_arguments(argument, function):
+    value, message = NOT_IMPLEMENTED[argument]
+    with pytest.raises(NotImplementedError, match=message):
+        PUBLIC_CALLS[function](**{argument: value})
+
+
+@pytest.mark.parametrize("function", PUBLIC_CALLS)
+def test_defaults_spelled_out_are_accepted(function):
+    """FA2 callers pass the defaults explicitly, window_size often as a list."""
+    out = PUBLIC_CALLS[function](dropout_p=0.0, window_size=[-1, -1], softcap=0.0, alibi_slopes=None,
+                                 deterministic=False)
+    assert out.shape == (2, 8, 4, 16)
+
+
+BAD_PACKED = {  # name: (call, exception, message pattern)
+    "qkv_rank_4": (lambda: flash_attn.flash_attn_qkvpacked_func(torch.randn(2, 8, 12, 16, dtype=BF16)),
+                   ValueError, r"qkv must have shape \(batch, seqlen, 3, nheads, headdim\), got \(2, 8, 12, 16\)"),
+    "qkv_packed_2": (lambda: flash_attn.flash_attn_qkvpacked_func(torch.randn(2, 8, 2, 4, 16, dtype=BF16)),
+                     ValueError, r"qkv must have shape \(batch, seqlen, 3, nheads, headdim\)"),
+    "qkv_not_tensor": (lambda: flash_attn.flash_attn_qkvpacked_func((1, 2, 3)), TypeError,
+                       r"qkv must be a torch.Tensor, got tuple"),
+    "kv_packed_3": (lambda: flash_attn.flash_attn_kvpacked_func(torch.randn(2, 8, 4, 16, dtype=BF16),
+                                                                torch.randn(2, 8, 3, 4, 16, dtype=BF16)),
+                    ValueError, r"kv must have shape \(batch, seqlen, 2, nheads, headdim\)"),
+    "kv_rank_4": (lambda: flash_attn.flash_attn_kvpacked_func(torch.randn(2, 8, 4, 16, dtype=BF16),
+                                                              torch.randn(2, 8, 8, 16, dtype=BF16)),
+                  ValueError, r"kv must have shape"),
+    "kvpacked_q_rank_3": (lambda: flash_attn.flash_attn_kvpacked_func(torch.randn(8, 4, 16, dtype=BF16),
+                                                                      torch.randn(2, 8, 2, 4, 16, dtype=BF16)),
+                          ValueError, r"q must have 4 dims"),
+    "kvpacked_heads": (lambda: flash_attn.flash_attn_kvpacked_func(torch.randn(2, 8, 4, 16, dtype=BF16),
+                                                                   torch.randn(2, 8, 2, 3, 16, dtype=BF16)),
+                       ValueError, r"must be a multiple of nheads of k/v \(3\)"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_PACKED)
+def test_bad_packed_inputs(case):
+    call, exception, message = BAD_PACKED[case]
+    with pytest.raises(exception, match=message):
+        call()
+
+
+@pytest.mark.parametrize("capability,ok", [((7, 5), False), ((7, 0), False), ((6, 1), False), ((8, 0), True),
+                                           ((8, 6), True), ((9, 0), True), ((10, 0), True)])
+def test_cuda_capability(monkeypatch, capability, ok):
+    """sm80 or newer; older GPUs get a RuntimeError naming their capability. (No fake CUDA tensor
+    exists on a CPU machine, so the check is called directly with a faked capability.)"""
+    monkeypatch.setattr(validation, "_cuda_capability", lambda index: capability)
+    if ok:
+        validation.check_cuda_capability(torch.device("cuda", 0))
+    else:
+        with pytest.raises(RuntimeError, match=rf"compute capability {capability[0]}\.{capability[1]}; "
+                                               r"flash_attn needs sm80 \(Ampere\) or newer"):
+            validation.check_cuda_capability(torch.device("cuda", 0))
+
+
+def test_cuda_capability_is_queried_per_device(monkeypatch):
+    seen = []
+    monkeypatch.setattr(validation, "_cuda_capability", lambda index: seen.append(index) or (9, 0))
+    validation.check_cuda_capability(torch.device("cuda", 1))
+    assert seen == [1]
+
+
+@pytest.mark.parametrize("softmax_scale", [0.0, -0.125, float("inf"), float("nan")])
+def test_softmax_scale_must_be_positive_and_finite(softmax_scale):
+    with pytest.raises(ValueError, match=r"softmax_scale must be a positive finite number"):
+        flash_attn.flash_attn_func(*qkv(), softmax_scale=softmax_scale)
