@@ -156,12 +156,15 @@ template <typename Cfg>
 void sweep_bwd(const char* name, const Problem& pb, const Buffers& b, bool first) {
   const flash::BwdParams p = make_params(pb, b);
   auto kernel = flash::bwd_kernel<T, Cfg>;
-  const int smem = Cfg::smem_bytes(2);
+  int smem_optin = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  const int stages = Cfg::smem_bytes(2) <= smem_optin ? 2 : 1;
+  const int smem = Cfg::smem_bytes(stages);
   CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(flash::ceil_div(pb.seqlen, Cfg::kBlockN), pb.heads, pb.batch);
   const float ms = median_ms([&] {
     flash::run_bwd_preprocess<T>(p, 0);
-    kernel<<<grid, Cfg::kThreads, smem>>>(p, 2);
+    kernel<<<grid, Cfg::kThreads, smem>>>(p, stages);
   });
   const int64_t n = (int64_t)pb.batch * pb.seqlen * pb.heads * pb.headdim;
   auto dk = download(b.dk, n, false);
@@ -179,23 +182,16 @@ int main() {
         const Problem pb{headdim, seqlen, 16384 / seqlen, 2048 / headdim, causal};
         Buffers b = allocate(pb);
         if (headdim == 64) {
-          FWD(true, FwdConfig<64, 128, 64, 4>);
-          FWD(false, FwdConfig<64, 128, 32, 4>);
-          FWD(false, FwdConfig<64, 128, 128, 4>);
-          FWD(false, FwdConfig<64, 64, 64, 4>);
-          BWD(true, BwdConfig<64, 64, 128, 8, 8, 8, 4>);
-          BWD(false, BwdConfig<64, 64, 128, 8, 4, 4, 4>);
-          BWD(false, BwdConfig<64, 128, 128, 8, 4, 4, 4>);
-          BWD(false, BwdConfig<64, 64, 128, 8, 4, 4, 2>);
+          FWD(true, FwdConfig<64, 128, 128, 4>);
+          FWD(false, FwdConfig<64, 128, 64, 4>);
+          BWD(true, BwdConfig<64, 128, 128, 8, 4, 4, 4>);
+          BWD(false, BwdConfig<64, 128, 128, 8, 4, 4, 2>);
+          BWD(false, BwdConfig<64, 128, 64, 8, 4, 4, 4>);
         } else {
           FWD(true, FwdConfig<128, 128, 64, 4>);
-          FWD(false, FwdConfig<128, 128, 32, 4>);
-          FWD(false, FwdConfig<128, 64, 64, 4>);
-          FWD(false, FwdConfig<128, 128, 64, 8>);
-          BWD(true, BwdConfig<128, 64, 128, 8, 4, 4, 4>);
-          BWD(false, BwdConfig<128, 64, 128, 8, 4, 4, 2>);
-          BWD(false, BwdConfig<128, 64, 128, 8, 4, 2, 4>);
-          BWD(false, BwdConfig<128, 64, 128, 8, 8, 8, 4>);
+          BWD(true, BwdConfig<128, 64, 128, 8, 4, 4, 2>);
+          BWD(false, BwdConfig<128, 64, 128, 8, 4, 2, 2>);
+          BWD(false, BwdConfig<128, 128, 128, 8, 4, 4, 4>);
         }
         release(b);
       }

@@ -13,15 +13,16 @@ namespace flash {
 // The dK + dV accumulators cost 2 x kBlockN x hd / (32 x 8 warps) fp32 per thread whatever the
 // layout (128 at hd 128), so the layouts are chosen for shared-memory reads per MMA: a warp tile
 // of m x n reads (m + n) rows per k-step, and the backward is bound by those reads and by issue.
-// Measured on H200 (benchmarks/NOTES.md, v1 sweep): at hd 128, 4 x 2 warp grids (32 x 32 score
-// tiles, 32 x 64 dK/dV tiles) beat 8 x 1 (16 x 64, 16 x 128) by 16%; at hd 64 the 8 x 1 layout
-// was best. From hd 192 the key block is 64 so that two Q/dO stages still fit in 227 KB.
+// Measured on H200 (benchmarks/NOTES.md, sweeps v1 and v2): at hd 128, 4 x 2 score and dK/dV grids
+// (32 x 32 and 32 x 64 warp tiles) with a 2 x 4 dQ grid beat 8 x 1 grids by 17%; at hd 64 a
+// 128-query step with 4 x 2 grids beat 64 x 128 with 8 x 1 by 16%. These are FlashAttention 2's
+// sm80 tiles. From hd 192 the key block is 64 so that two Q/dO stages still fit in 227 KB.
 template <int kHeadDim>
 struct BwdTile;
-template <> struct BwdTile<32> { using type = BwdConfig<32, 64, 128, 8, 8, 8, 4>; };
-template <> struct BwdTile<64> { using type = BwdConfig<64, 64, 128, 8, 8, 8, 4>; };
+template <> struct BwdTile<32> { using type = BwdConfig<32, 128, 128, 8, 4, 4, 4>; };
+template <> struct BwdTile<64> { using type = BwdConfig<64, 128, 128, 8, 4, 4, 4>; };
 template <> struct BwdTile<96> { using type = BwdConfig<96, 64, 128, 8, 4, 4, 4>; };
-template <> struct BwdTile<128> { using type = BwdConfig<128, 64, 128, 8, 4, 4, 4>; };
+template <> struct BwdTile<128> { using type = BwdConfig<128, 64, 128, 8, 4, 4, 2>; };
 template <> struct BwdTile<192> { using type = BwdConfig<192, 64, 64, 8, 4, 4, 4>; };
 template <> struct BwdTile<256> { using type = BwdConfig<256, 64, 64, 8, 4, 4, 4>; };
 
@@ -34,7 +35,7 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
   // Two stages overlap the next query block's loads with this one's math. They fit H100's 227 KB
-  // at every head dim; on A100-class shared memory (163 KB) hd 128 and up fall back to one stage.
+  // at every head dim; on A100-class shared memory (163 KB) the larger tiles fall back to one stage.
   const int stages = Cfg::smem_bytes(2) <= smem_optin ? 2 : 1;
   const int smem = Cfg::smem_bytes(stages);
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

@@ -6,14 +6,15 @@
 
 namespace flash {
 
-// Tile per head dim (sm80 atom, measured on H100 where noted in benchmarks/NOTES.md).
-// 4 warps x 32 query rows keeps the K/V shared-memory reads per MMA at half of what 16 rows per
-// warp would need; from head dim 192 the O accumulator (32 rows x hd / 32 lanes fp32) would
-// overflow the register file, so those use 8 warps x 16 rows.
+// Tile per head dim (sm80 atom). 4 warps x 32 query rows keeps the K/V shared-memory reads per MMA
+// at half of what 16 rows per warp need: measured on H200 (benchmarks/NOTES.md), 4 warps beat 8 by
+// 30-50% at hd 64 and 128; key blocks of 128 beat 64 by 6% at hd 64, and 64 beat 32 and 128 at
+// hd 128. From hd 192 the O accumulator (32 rows x hd / 32 lanes fp32) would overflow the
+// register file, so those use 8 warps x 16 rows.
 template <int kHeadDim>
 struct FwdTile;
 template <> struct FwdTile<32> { using type = FwdConfig<32, 128, 128, 4>; };
-template <> struct FwdTile<64> { using type = FwdConfig<64, 128, 64, 4>; };
+template <> struct FwdTile<64> { using type = FwdConfig<64, 128, 128, 4>; };
 template <> struct FwdTile<96> { using type = FwdConfig<96, 128, 64, 4>; };
 template <> struct FwdTile<128> { using type = FwdConfig<128, 128, 64, 4>; };
 template <> struct FwdTile<192> { using type = FwdConfig<192, 128, 64, 8>; };

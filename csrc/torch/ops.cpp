@@ -67,6 +67,11 @@ void check_cuda_4d(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.dim() == 4, "flash_attn: ", name, " must have 4 dims, got ", t.sizes());
 }
 
+void check_last_dim_contiguous(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.size(3) <= 1 || t.stride(3) == 1, "flash_attn: ", name,
+                    " must have a contiguous last dimension, got strides ", t.strides());
+}
+
 // The kernels move rows in 16-byte pieces: unit stride on the last dim, every other stride a
 // multiple of 8 elements and a 16-byte aligned start (dims of size 1 have no stride to obey).
 bool kernel_ready(const at::Tensor& t) {
@@ -94,10 +99,9 @@ int check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::T
   check_cuda_4d(q, "q");
   check_cuda_4d(k, "k");
   check_cuda_4d(v, "v");
-  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
-    TORCH_CHECK_VALUE(t->size(3) <= 1 || t->stride(3) == 1, "flash_attn: ", name,
-                      " must have a contiguous last dimension, got strides ", t->strides());
-  }
+  check_last_dim_contiguous(q, "q");
+  check_last_dim_contiguous(k, "k");
+  check_last_dim_contiguous(v, "v");
   TORCH_CHECK(k.device() == q.device() && v.device() == q.device(), "flash_attn: q, k and v must be on one device");
   const auto dtype = q.scalar_type();
   TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "flash_attn: q must be float16 or bfloat16, got ",
