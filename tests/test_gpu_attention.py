@@ -144,5 +144,5 @@ def test_forward_is_deterministic(case):
 def test_ops_reject_headdim_not_multiple_of_8():
     """The op itself (below the public functions, which pad) names the head dim rule."""
     q = torch.randn(1, 4, 2, 60, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="head dim must be a multiple of 8"):
+    with pytest.raises(RuntimeError, match="head dim must be a multiple of 8"):
         torch.ops.flash_attn.fwd(q, q, q, 0.125, False)

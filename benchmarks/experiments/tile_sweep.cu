@@ -175,10 +175,13 @@ void sweep_bwd(const char* name, const Problem& pb, const Buffers& b, bool first
 #define FWD(first, ...) sweep_fwd<flash::__VA_ARGS__>(#__VA_ARGS__, pb, b, first)
 #define BWD(first, ...) sweep_bwd<flash::__VA_ARGS__>(#__VA_ARGS__, pb, b, first)
 
-int main() {
+// Optional arguments narrow the sweep (e.g. for a profiler): tile_sweep [headdim [seqlen [causal]]].
+int main(int argc, char** argv) {
+  auto selected = [&](int index, int value) { return argc <= index || std::atoi(argv[index]) == value; };
   for (int headdim : {64, 128}) {
     for (int seqlen : {2048, 8192}) {
       for (bool causal : {false, true}) {
+        if (!selected(1, headdim) || !selected(2, seqlen) || !selected(3, causal)) continue;
         const Problem pb{headdim, seqlen, 16384 / seqlen, 2048 / headdim, causal};
         Buffers b = allocate(pb);
         if (headdim == 64) {

@@ -1,5 +1,8 @@
 // The only torch-aware C++: argument checks, allocation, params, the current stream, and the
 // CUDA implementations of flash_attn::fwd / flash_attn::bwd (schemas live in flash_attn/ops.py).
+// Every check raises RuntimeError (TORCH_CHECK): on the GPU machine (torch 2.11) a c10::ValueError
+// thrown from here crashed the process, while c10::Error reaches Python cleanly. The public
+// functions validate first and raise ValueError / TypeError themselves.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_bf16.h>
@@ -68,7 +71,7 @@ void check_cuda_4d(const at::Tensor& t, const char* name) {
 }
 
 void check_last_dim_contiguous(const at::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.size(3) <= 1 || t.stride(3) == 1, "flash_attn: ", name,
+  TORCH_CHECK(t.size(3) <= 1 || t.stride(3) == 1, "flash_attn: ", name,
                     " must have a contiguous last dimension, got strides ", t.strides());
 }
 
@@ -112,20 +115,20 @@ int check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::T
   TORCH_CHECK(k.size(0) == q.size(0), "flash_attn: k has batch ", k.size(0), " but q has ", q.size(0));
   TORCH_CHECK(k.size(3) == q.size(3), "flash_attn: k has head dim ", k.size(3), " but q has ", q.size(3));
   const int64_t headdim = q.size(3);
-  TORCH_CHECK_VALUE(headdim > 0 && headdim <= kMaxHeaddim && headdim % kRowAlignment == 0,
+  TORCH_CHECK(headdim > 0 && headdim <= kMaxHeaddim && headdim % kRowAlignment == 0,
                     "flash_attn: head dim must be a multiple of 8 in [8, 256] (the public functions pad), got ",
                     headdim);
-  TORCH_CHECK_VALUE(k.size(2) > 0 && q.size(2) % k.size(2) == 0, "flash_attn: nheads of q (", q.size(2),
+  TORCH_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, "flash_attn: nheads of q (", q.size(2),
                     ") must be a multiple of nheads of k and v (", k.size(2), ")");
-  TORCH_CHECK_VALUE(q.size(2) <= kMaxGridYZ && q.size(0) <= kMaxGridYZ, "flash_attn: batch and nheads must be <= ",
+  TORCH_CHECK(q.size(2) <= kMaxGridYZ && q.size(0) <= kMaxGridYZ, "flash_attn: batch and nheads must be <= ",
                     kMaxGridYZ);
-  TORCH_CHECK_VALUE(std::isfinite(softmax_scale) && softmax_scale > 0, "flash_attn: softmax_scale must be positive "
+  TORCH_CHECK(std::isfinite(softmax_scale) && softmax_scale > 0, "flash_attn: softmax_scale must be positive "
                     "and finite, got ", softmax_scale);
   const auto* props = at::cuda::getDeviceProperties(q.get_device());
   TORCH_CHECK(props->major >= 8, "flash_attn: ", props->name, " has compute capability ", props->major, ".",
               props->minor, "; flash_attn needs sm80 (Ampere) or newer");
   const int kernel_hd = kernel_headdim(dtype, static_cast<int>(headdim));
-  TORCH_CHECK_NOT_IMPLEMENTED(kernel_hd > 0, "flash_attn: this build has no ", dtype, " kernel for head dim ",
+  TORCH_CHECK(kernel_hd > 0, "flash_attn: this build has no ", dtype, " kernel for head dim ",
                               headdim, " (built with FLASH_ATTN_DTYPES=\"", FLASH_ATTN_BUILD_DTYPES,
                               "\" FLASH_ATTN_HDIMS=\"", FLASH_ATTN_BUILD_HDIMS, "\"); rebuild to include it");
   return kernel_hd;
