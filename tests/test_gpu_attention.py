@@ -146,3 +146,13 @@ def test_ops_reject_headdim_not_multiple_of_8():
     q = torch.randn(1, 4, 2, 60, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="head dim must be a multiple of 8"):
         torch.ops.flash_attn.fwd(q, q, q, 0.125, False)
+
+
+def test_ops_report_mismatched_shapes_with_numbers():
+    """Op-level messages carry the sizes (formatted without iostreams, see csrc/torch/ops.cpp)."""
+    q = torch.randn(1, 4, 3, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 4, 2, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"k has batch 2 but q has 1"):
+        torch.ops.flash_attn.fwd(q, k, k, 0.125, False)
+    with pytest.raises(RuntimeError, match=r"nheads of q \(3\) must be a multiple of nheads of k and v \(2\)"):
+        torch.ops.flash_attn.fwd(q, k[:1], k[:1], 0.125, False)

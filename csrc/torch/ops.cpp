@@ -1,8 +1,7 @@
 // The only torch-aware C++: argument checks, allocation, params, the current stream, and the
 // CUDA implementations of flash_attn::fwd / flash_attn::bwd (schemas live in flash_attn/ops.py).
-// Every check raises RuntimeError (TORCH_CHECK): on the GPU machine (torch 2.11) a c10::ValueError
-// thrown from here crashed the process, while c10::Error reaches Python cleanly. The public
-// functions validate first and raise ValueError / TypeError themselves.
+// Every check raises RuntimeError (TORCH_CHECK); the public functions validate first and raise
+// ValueError / TypeError themselves.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_bf16.h>
@@ -65,14 +64,25 @@ cudaError_t launch_bwd(at::ScalarType dtype, int headdim, const flash::BwdParams
   return cudaErrorInvalidValue;
 }
 
+// Message pieces are made strings here: streaming a number into a TORCH_CHECK message from this
+// library (c10::str -> std::ostream << long, instantiated in the extension) crashed inside
+// libstdc++ on the GPU machine (torch 2.11, the image's g++ 13), while strings stream safely.
+std::string text(int64_t value) { return std::to_string(value); }
+
+std::string text(at::IntArrayRef dims) {
+  std::string joined = "(";
+  for (size_t i = 0; i < dims.size(); ++i) joined += (i ? ", " : "") + std::to_string(dims[i]);
+  return joined + ")";
+}
+
 void check_cuda_4d(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.is_cuda(), "flash_attn: ", name, " must be a CUDA tensor, got ", t.device());
-  TORCH_CHECK(t.dim() == 4, "flash_attn: ", name, " must have 4 dims, got ", t.sizes());
+  TORCH_CHECK(t.is_cuda(), "flash_attn: ", name, " must be a CUDA tensor, got ", t.device().str());
+  TORCH_CHECK(t.dim() == 4, "flash_attn: ", name, " must have 4 dims, got ", text(t.sizes()));
 }
 
 void check_last_dim_contiguous(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.size(3) <= 1 || t.stride(3) == 1, "flash_attn: ", name,
-                    " must have a contiguous last dimension, got strides ", t.strides());
+              " must have a contiguous last dimension, got strides ", text(t.strides()));
 }
 
 // The kernels move rows in 16-byte pieces: unit stride on the last dim, every other stride a
@@ -94,7 +104,7 @@ at::Tensor kernel_ready_copy(const at::Tensor& t) {
 
 void check_same_shape(const at::Tensor& t, const at::Tensor& like, const char* name, const char* like_name) {
   TORCH_CHECK(t.sizes() == like.sizes(), "flash_attn: ", name, " must have the shape of ", like_name, " ",
-              like.sizes(), ", got ", t.sizes());
+              text(like.sizes()), ", got ", text(t.sizes()));
 }
 
 // Checks shared by fwd and bwd; returns the compiled head dim that serves q's head dim.
@@ -108,28 +118,29 @@ int check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::T
   TORCH_CHECK(k.device() == q.device() && v.device() == q.device(), "flash_attn: q, k and v must be on one device");
   const auto dtype = q.scalar_type();
   TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "flash_attn: q must be float16 or bfloat16, got ",
-              dtype);
+              c10::toString(dtype));
   TORCH_CHECK(k.scalar_type() == dtype && v.scalar_type() == dtype, "flash_attn: k and v must have q's dtype ",
-              dtype);
+              c10::toString(dtype));
   check_same_shape(v, k, "v", "k");
-  TORCH_CHECK(k.size(0) == q.size(0), "flash_attn: k has batch ", k.size(0), " but q has ", q.size(0));
-  TORCH_CHECK(k.size(3) == q.size(3), "flash_attn: k has head dim ", k.size(3), " but q has ", q.size(3));
+  TORCH_CHECK(k.size(0) == q.size(0), "flash_attn: k has batch ", text(k.size(0)), " but q has ", text(q.size(0)));
+  TORCH_CHECK(k.size(3) == q.size(3), "flash_attn: k has head dim ", text(k.size(3)), " but q has ",
+              text(q.size(3)));
   const int64_t headdim = q.size(3);
   TORCH_CHECK(headdim > 0 && headdim <= kMaxHeaddim && headdim % kRowAlignment == 0,
                     "flash_attn: head dim must be a multiple of 8 in [8, 256] (the public functions pad), got ",
-                    headdim);
-  TORCH_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, "flash_attn: nheads of q (", q.size(2),
-                    ") must be a multiple of nheads of k and v (", k.size(2), ")");
+              text(headdim));
+  TORCH_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, "flash_attn: nheads of q (", text(q.size(2)),
+              ") must be a multiple of nheads of k and v (", text(k.size(2)), ")");
   TORCH_CHECK(q.size(2) <= kMaxGridYZ && q.size(0) <= kMaxGridYZ, "flash_attn: batch and nheads must be <= ",
-                    kMaxGridYZ);
+              text(kMaxGridYZ));
   TORCH_CHECK(std::isfinite(softmax_scale) && softmax_scale > 0, "flash_attn: softmax_scale must be positive "
-                    "and finite, got ", softmax_scale);
+              "and finite, got ", std::to_string(softmax_scale));
   const auto* props = at::cuda::getDeviceProperties(q.get_device());
-  TORCH_CHECK(props->major >= 8, "flash_attn: ", props->name, " has compute capability ", props->major, ".",
-              props->minor, "; flash_attn needs sm80 (Ampere) or newer");
+  TORCH_CHECK(props->major >= 8, "flash_attn: ", props->name, " has compute capability ", text(props->major), ".",
+              text(props->minor), "; flash_attn needs sm80 (Ampere) or newer");
   const int kernel_hd = kernel_headdim(dtype, static_cast<int>(headdim));
-  TORCH_CHECK(kernel_hd > 0, "flash_attn: this build has no ", dtype, " kernel for head dim ",
-                              headdim, " (built with FLASH_ATTN_DTYPES=\"", FLASH_ATTN_BUILD_DTYPES,
+  TORCH_CHECK(kernel_hd > 0, "flash_attn: this build has no ", c10::toString(dtype), " kernel for head dim ",
+              text(headdim), " (built with FLASH_ATTN_DTYPES=\"", FLASH_ATTN_BUILD_DTYPES,
                               "\" FLASH_ATTN_HDIMS=\"", FLASH_ATTN_BUILD_HDIMS, "\"); rebuild to include it");
   return kernel_hd;
 }
@@ -160,8 +171,8 @@ void poison(std::initializer_list<at::Tensor> tensors) {
 }
 
 void check_launch(cudaError_t err, const char* pass, at::ScalarType dtype, int headdim) {
-  TORCH_CHECK(err == cudaSuccess, "flash_attn: ", pass, " kernel launch failed for ", dtype, " head dim ", headdim,
-              ": ", cudaGetErrorString(err));
+  TORCH_CHECK(err == cudaSuccess, "flash_attn: ", pass, " kernel launch failed for ", c10::toString(dtype),
+              " head dim ", text(headdim), ": ", cudaGetErrorString(err));
 }
 
 std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
