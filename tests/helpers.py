@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import flash_attn
+import flash_attn.ops
 from flash_attn.reference import attention_ref, default_softmax_scale
 
 FP32_EPS = torch.finfo(torch.float32).eps
@@ -281,3 +282,15 @@ def assert_rounding_close(name, actual, exact, eps, terms):
         err = (actual - exact)[finite].abs().max().item()
         tol = terms * eps * (1 + exact[finite].abs().max().item())
         assert err <= tol, f"{name}: max error {err:.3g} > {tol:.3g} ({terms} terms, eps {eps:.3g})"
+
+
+# Module marks of the GPU test files: skip cleanly without a GPU or the extension (no GPU query
+# beyond is_available at import), and poison every output (conftest.cuda_test_setup).
+GPU_TEST_MARKS = [
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or not flash_attn.ops.has_cuda_kernels(),
+        reason=f"needs a CUDA GPU and the flash_attn._C extension "
+               f"({flash_attn.ops.cuda_kernels_unavailable_reason() or 'no CUDA device'})",
+    ),
+    pytest.mark.usefixtures("cuda_test_setup"),
+]

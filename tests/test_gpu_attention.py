@@ -20,17 +20,10 @@ import torch
 
 import flash_attn
 import flash_attn.ops
-from helpers import (LAYOUTS, check_flash_attn, check_layouts, check_public, check_rows_without_keys, make_qkv,
-                     require_kernel)
+from helpers import (GPU_TEST_MARKS, LAYOUTS, check_flash_attn, check_layouts, check_public, check_rows_without_keys,
+                     make_qkv, require_kernel)
 
-pytestmark = [
-    pytest.mark.skipif(
-        not torch.cuda.is_available() or not flash_attn.ops.has_cuda_kernels(),
-        reason=f"needs a CUDA GPU and the flash_attn._C extension "
-               f"({flash_attn.ops.cuda_kernels_unavailable_reason() or 'no CUDA device'})",
-    ),
-    pytest.mark.usefixtures("cuda_test_setup"),
-]
+pytestmark = GPU_TEST_MARKS
 
 DTYPES = (torch.float16, torch.bfloat16)
 SEQLENS = [(1, 1), (1, 239), (113, 203), (128, 217), (239, 1), (1023, 1024), (1024, 1023), (2048, 2048),

@@ -7,16 +7,9 @@ import torch
 
 import flash_attn
 import flash_attn.ops
-from helpers import check_public, make_qkv, require_kernel
+from helpers import GPU_TEST_MARKS, check_public, make_qkv, require_kernel
 
-pytestmark = [
-    pytest.mark.skipif(
-        not torch.cuda.is_available() or not flash_attn.ops.has_cuda_kernels(),
-        reason=f"needs a CUDA GPU and the flash_attn._C extension "
-               f"({flash_attn.ops.cuda_kernels_unavailable_reason() or 'no CUDA device'})",
-    ),
-    pytest.mark.usefixtures("cuda_test_setup"),
-]
+pytestmark = GPU_TEST_MARKS
 
 OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 

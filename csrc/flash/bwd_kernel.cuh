@@ -10,6 +10,7 @@
 
 #include "arch/arch.cuh"
 #include "common.cuh"
+#include "fragment_mask.cuh"
 #include "mask.cuh"
 #include "params.h"
 #include "tile_io.cuh"
@@ -102,18 +103,7 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
   arch::warp_gemm_ss<kMT, kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
       dprobs_t, sV, Cfg::kStride, key0, stage.dout, Cfg::kStride, query0, lane);
 
-  if (needs_mask) {  // only blocks on the causal diagonal or the sequence ends
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int key = key0 + mt * arch::kAtomM + arch::acc_row(lane, r);
-          const int query = query0 + nt * arch::kAtomN + arch::acc_col(lane, r);
-          if (!mask.visible(m0 + query, n0 + key)) scores_t[mt][nt][r] = -INFINITY;  // P = exp2(-inf) = 0
-        }
-  }
+  if (needs_mask) mask_score_fragment</*kRowsAreKeys=*/true>(scores_t, mask, n0 + key0, m0 + query0, lane);
   constexpr float kLog2e = 1.4426950408889634f;
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)

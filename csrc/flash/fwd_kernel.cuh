@@ -6,6 +6,7 @@
 
 #include "arch/arch.cuh"
 #include "common.cuh"
+#include "fragment_mask.cuh"
 #include "mask.cuh"
 #include "params.h"
 #include "softmax.cuh"
@@ -29,21 +30,6 @@ struct FwdConfig {
   static_assert(kWarpRows % arch::kAtomM == 0, "each warp owns whole 16-row atoms");
   static_assert(kHeadDim % arch::kAtomK == 0 && kBlockN % (2 * arch::kAtomN) == 0, "whole k-steps and atom pairs");
 };
-
-template <int MT, int NT>
-__device__ __forceinline__ void mask_scores(float (&scores)[MT][NT][4], const AttentionMask& mask, int row0, int col0,
-                                            int lane) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = row0 + mt * arch::kAtomM + arch::acc_row(lane, r);
-        const int col = col0 + nt * arch::kAtomN + arch::acc_col(lane, r);
-        if (!mask.visible(row, col)) scores[mt][nt][r] = -INFINITY;
-      }
-}
 
 // Output and lse of a query block that sees no key: zeros and +inf.
 template <typename Cfg, typename T>
@@ -111,7 +97,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
     arch::warp_gemm_ss<kMT, kNT, Cfg::kHeadDim / arch::kAtomK, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
         scores, sQ, kStride, warp_m0, sK, kStride, 0, lane);
     const int n0 = n_block * kBlockN;
-    if (!mask.block_fully_visible(m0, rows_q, n0, kBlockN)) mask_scores(scores, mask, m0 + warp_m0, n0, lane);
+    if (!mask.block_fully_visible(m0, rows_q, n0, kBlockN))
+      mask_score_fragment</*kRowsAreKeys=*/false>(scores, mask, m0 + warp_m0, n0, lane);
     softmax.update(scores, acc, p.scale_log2);
     uint32_t probs[kMT][kNT / 2][4];  // P as A fragments of P.V
     arch::accumulators_to_a_fragments<T>(probs, scores);

@@ -48,19 +48,28 @@ int kernel_headdim(at::ScalarType dtype, int headdim) {
   return best;
 }
 
-cudaError_t launch_fwd(at::ScalarType dtype, int headdim, const flash::FwdParams& params, cudaStream_t stream) {
-#define FLASH_ATTN_TRY_FWD(T, D) \
-  if (scalar_type_of<T>() == dtype && (D) == headdim) return flash::run_fwd<T, D>(params, stream);
-  FLASH_ATTN_FOR_EACH_CONFIG(FLASH_ATTN_TRY_FWD)
-#undef FLASH_ATTN_TRY_FWD
-  return cudaErrorInvalidValue;
-}
+// The kernels of one pass, as a type the dispatch below can name.
+struct FwdPass {
+  template <typename T, int D>
+  static cudaError_t run(const flash::FwdParams& params, cudaStream_t stream) {
+    return flash::run_fwd<T, D>(params, stream);
+  }
+};
 
-cudaError_t launch_bwd(at::ScalarType dtype, int headdim, const flash::BwdParams& params, cudaStream_t stream) {
-#define FLASH_ATTN_TRY_BWD(T, D) \
-  if (scalar_type_of<T>() == dtype && (D) == headdim) return flash::run_bwd<T, D>(params, stream);
-  FLASH_ATTN_FOR_EACH_CONFIG(FLASH_ATTN_TRY_BWD)
-#undef FLASH_ATTN_TRY_BWD
+struct BwdPass {
+  template <typename T, int D>
+  static cudaError_t run(const flash::BwdParams& params, cudaStream_t stream) {
+    return flash::run_bwd<T, D>(params, stream);
+  }
+};
+
+// Runs the compiled (dtype, head dim) kernel of the pass; the caller checked that it exists.
+template <typename Pass, typename Params>
+cudaError_t launch(at::ScalarType dtype, int headdim, const Params& params, cudaStream_t stream) {
+#define FLASH_ATTN_TRY(T, D) \
+  if (scalar_type_of<T>() == dtype && (D) == headdim) return Pass::template run<T, D>(params, stream);
+  FLASH_ATTN_FOR_EACH_CONFIG(FLASH_ATTN_TRY)
+#undef FLASH_ATTN_TRY
   return cudaErrorInvalidValue;
 }
 
@@ -185,7 +194,7 @@ std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor& q_in, const at::Ten
   poison({out, lse});
   if (out.numel() == 0) return {out, lse};
   const auto params = fwd_params(q, k, v, out, lse, softmax_scale, causal);
-  check_launch(launch_fwd(q.scalar_type(), kernel_hd, params, at::cuda::getCurrentCUDAStream()), "forward",
+  check_launch(launch<FwdPass>(q.scalar_type(), kernel_hd, params, at::cuda::getCurrentCUDAStream()), "forward",
                q.scalar_type(), kernel_hd);
   return {out, lse};
 }
@@ -227,7 +236,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(const at::Tensor& dout_in
     p.dv = strided(dv_slices);
     p.dq_accum = strided(dq_accum);
     p.dsum = dsum.data_ptr<float>();
-    check_launch(launch_bwd(q.scalar_type(), kernel_hd, p, at::cuda::getCurrentCUDAStream()), "backward",
+    check_launch(launch<BwdPass>(q.scalar_type(), kernel_hd, p, at::cuda::getCurrentCUDAStream()), "backward",
                  q.scalar_type(), kernel_hd);
   }
   auto dq = dq_accum.to(q.scalar_type());
