@@ -149,3 +149,11 @@ def test_ops_report_mismatched_shapes_with_numbers():
         torch.ops.flash_attn.fwd(q, k, k, 0.125, False)
     with pytest.raises(RuntimeError, match=r"nheads of q \(3\) must be a multiple of nheads of k and v \(2\)"):
         torch.ops.flash_attn.fwd(q, k[:1], k[:1], 0.125, False)
+
+
+@pytest.mark.parametrize("headdim,causal", [(64, False), (128, True), (256, False)])
+def test_backward_single_stage(monkeypatch, headdim, causal):
+    """The one-stage backward that GPUs with less shared memory than an H100 run (A100: hd >= 128)."""
+    require_kernel(torch.bfloat16, headdim)
+    monkeypatch.setenv("FLASH_ATTN_BWD_STAGES", "1")
+    check_flash_attn(2, 239, 300, 4, 2, headdim, torch.bfloat16, causal, "cuda")

@@ -180,8 +180,12 @@ void poison(std::initializer_list<at::Tensor> tensors) {
 }
 
 void check_launch(cudaError_t err, const char* pass, at::ScalarType dtype, int headdim) {
+  const char* hint = err == cudaErrorInvalidValue ? " (the kernel's shared memory may exceed this GPU's per-block "
+                                                    "limit: sm86/sm89 GPUs have 99 KB, the kernels are tuned for "
+                                                    "A100/H100)"
+                                                  : "";
   TORCH_CHECK(err == cudaSuccess, "flash_attn: ", pass, " kernel launch failed for ", c10::toString(dtype),
-              " head dim ", text(headdim), ": ", cudaGetErrorString(err));
+              " head dim ", text(headdim), ": ", cudaGetErrorString(err), hint);
 }
 
 std::tuple<at::Tensor, at::Tensor> mha_fwd(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
