@@ -1,5 +1,5 @@
 """Without a GPU: run flash_attn_func's CPU path (the exact fp32 reference) on a small case and check it,
-forward and backward, against naive PyTorch attention, by /docs/TESTING.md's rule: our error against
+forward and backward, against naive PyTorch attention, by the rule of TESTING.md (team design notes): our error against
 the fp32 computation must be within 2x (forward) or 3x (gradients) the error of the same naive math
 done in the low precision, plus the fp32 reference's own rounding."""
 

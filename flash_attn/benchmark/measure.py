@@ -1,6 +1,6 @@
 """Timing and memory measurement on the GPU, and the guard that turns a failure into a cell.
 
-The method is /docs/BENCHMARKS.md's: median of many timed runs after a warm-up, with the L2 cache
+The method is BENCHMARKS.md's (team design notes): median of many timed runs after a warm-up, with the L2 cache
 flushed before each run (triton.testing.do_bench does both; the CUDA-event fallback copies it).
 """
 

@@ -41,7 +41,7 @@ class SpeedConfig:
 
 @dataclass
 class Plan:
-    """Everything a run measures. The shapes default to /docs/BENCHMARKS.md's; tests shrink them.
+    """Everything a run measures. The shapes default to BENCHMARKS.md's (team design notes); tests shrink them.
 
     speedup_shape and memory_shape are (batch, nheads, headdim); decode_heads is
     (nheads, nheads_k, headdim); decode holds (batch, context) pairs."""

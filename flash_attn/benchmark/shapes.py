@@ -1,4 +1,4 @@
-"""Shapes, FLOP and byte counts, and memory estimates, as /docs/BENCHMARKS.md defines them.
+"""Shapes, FLOP and byte counts, and memory estimates, as the design notes' BENCHMARKS.md defines them.
 
 Attention tensors are (batch, seqlen, nheads, headdim). FLOPs are counted as the published
 FlashAttention, cuDNN and FA3/FA4 numbers count them, so TFLOP/s compare across those sources.
