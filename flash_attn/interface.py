@@ -8,7 +8,8 @@ Tensors are (batch, seqlen, nheads, headdim), float16 or bfloat16. CUDA tensors 
 import torch
 import torch.nn.functional as F
 
-from . import ops, validation
+from . import ops  # noqa: F401 - importing it defines torch.ops.flash_attn.fwd / bwd
+from . import validation
 from .reference import default_softmax_scale
 
 _HEADDIM_ALIGNMENT = 8  # the kernels move rows in 16-byte pieces
