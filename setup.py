@@ -2,7 +2,8 @@
 
 Build variables (all optional):
   FLASH_ATTN_CUDA_ARCHS   compute capabilities, default "80;90" (sm80 code also serves sm86/sm89;
-                          the newest also ships as PTX for later GPUs)
+                          90 is built as sm_90a, which adds the Hopper wgmma backward; the newest
+                          also ships as PTX for later GPUs)
   FLASH_ATTN_DTYPES       "fp16;bf16" (default) or one of them
   FLASH_ATTN_HDIMS        compiled head dims, default "32;64;96;128;192;256"; other head dims run
                           on the next larger compiled one
@@ -24,6 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "csrc"))
 import generate_instantiations  # noqa: E402
 
 ALL_CUDA_ARCHS = ("80", "86", "89", "90")
+_ARCH_SUFFIX = {"90": "a"}  # arch-specific features (wgmma) need sm_90a
 
 
 def _env(name, default=""):
@@ -49,7 +51,10 @@ def _cuda_build_reason_to_skip():
 def _gencode_flags():
     archs = generate_instantiations.parse_selection(_env("FLASH_ATTN_CUDA_ARCHS", "80;90"), ALL_CUDA_ARCHS,
                                                     "FLASH_ATTN_CUDA_ARCHS")
-    flags = [f"-gencode=arch=compute_{arch},code=sm_{arch}" for arch in archs]
+    # sm_90 code is built as sm_90a, the Hopper-only target that has wgmma (the sm90 backward);
+    # the PTX kept for newer GPUs is plain compute_XX, so there those kernels are the sm80 ones.
+    flags = [f"-gencode=arch=compute_{arch}{_ARCH_SUFFIX.get(arch, '')},code=sm_{arch}{_ARCH_SUFFIX.get(arch, '')}"
+             for arch in archs]
     flags.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")  # PTX for newer GPUs
     return flags
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "arch/arch.cuh"
+#include "bwd_fragments.cuh"
 #include "common.cuh"
 #include "fragment_mask.cuh"
 #include "mask.cuh"
@@ -104,24 +105,7 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
       dprobs_t, sV, Cfg::kStride, key0, stage.dout, Cfg::kStride, query0, lane);
 
   if (needs_mask) mask_score_fragment</*kRowsAreKeys=*/true>(scores_t, mask, n0 + key0, m0 + query0, lane);
-  constexpr float kLog2e = 1.4426950408889634f;
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int query = query0 + nt * arch::kAtomN + arch::acc_col(lane, j);  // same for r = j and r = j + 2
-      const float lse_log2 = stage.lse[query] * kLog2e;
-      const float dsum = stage.dsum[query];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 2 * h + j;
-          const float prob = arch::exp2_approx(fmaf(scores_t[mt][nt][r], p.fwd.scale_log2, -lse_log2));
-          scores_t[mt][nt][r] = prob;
-          dprobs_t[mt][nt][r] = prob * (dprobs_t[mt][nt][r] - dsum) * p.fwd.softmax_scale;
-        }
-    }
+  probs_and_dscores(scores_t, dprobs_t, stage.lse, stage.dsum, query0, p.fwd, lane);
   arch::store_accumulators<kMT, kNT, T>(sPt, Cfg::kScoreStride, key0, query0, scores_t, lane);
   arch::store_accumulators<kMT, kNT, T>(sdSt, Cfg::kScoreStride, key0, query0, dprobs_t, lane);
 }
@@ -137,23 +121,7 @@ __device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const 
   arch::zero_accumulators(dq);
   arch::warp_gemm_ss<kMT, kNT, Cfg::kBlockN / arch::kAtomK, arch::Layout::kColMajorKM, arch::BLayout::kKN>(
       dq, sdSt, Cfg::kScoreStride, query0, sK, Cfg::kStride, dim0, lane);
-  const AttentionShape& shape = p.fwd.shape;
-  float* dq_rows = element_ptr<float>(p.dq_accum, batch, m0, head);
-  // Bounds checks only where the block passes the end of the queries or the head dim is padded.
-  const bool in_bounds = m0 + Cfg::kBlockM <= shape.seqlen_q && shape.headdim == Cfg::kHeadDim;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = query0 + mt * arch::kAtomM + arch::acc_row(lane, 2 * h);
-      float* dq_row = dq_rows + row * p.dq_accum.row_stride;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        const int col = dim0 + nt * arch::kAtomN + arch::acc_col(lane, 0);
-        if (in_bounds || (m0 + row < shape.seqlen_q && col < shape.headdim))
-          arch::atomic_add_pair(dq_row + col, dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]);
-      }
-    }
+  add_dq_fragment<Cfg::kBlockM, Cfg::kHeadDim>(dq, p, batch, head, m0, query0, dim0, lane);
 }
 
 template <typename T, typename Cfg>

@@ -1,5 +1,6 @@
-// Backward launch: the tile configuration per head dim, the grid, and the number of Q/dO stages
-// that fit the device's shared memory.
+// Backward launch: the wgmma kernel on Hopper where it exists (launch_bwd_sm90.cuh), else the sm80
+// kernel with its tile configuration per head dim, grid, and the number of Q/dO stages that fit
+// the device's shared memory.
 #pragma once
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include "bwd_kernel.cuh"
 #include "bwd_preprocess_kernel.cuh"
 #include "launch_api.h"
+#include "launch_bwd_sm90.cuh"
 
 namespace flash {
 
@@ -35,7 +37,10 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
   auto kernel = bwd_kernel<T, Cfg>;
   int device = 0, smem_optin = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  bool launched = false;
+  if (err == cudaSuccess) err = try_run_bwd_sm90<T, kHeadDim>(params, stream, device, launched);
+  if (err != cudaSuccess || launched) return err;
+  err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
   // Two stages overlap the next query block's loads with this one's math. They fit H100's 227 KB
   // at every head dim; on A100-class shared memory (163 KB) the larger tiles fall back to one stage.

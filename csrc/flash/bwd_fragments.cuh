@@ -1,0 +1,62 @@
+// Element-wise backward work on fp32 accumulator fragments in the mma.sync C layout (a warp's
+// 16*MT x 8*NT tile), shared by the sm80 and sm90 backward kernels.
+#pragma once
+
+#include "arch/arch.cuh"
+#include "common.cuh"
+#include "params.h"
+
+namespace flash {
+
+// In place: S^T -> P^T = exp(scale * S^T - lse) and dP^T -> dS^T = P^T * (dP^T - dsum) * scale.
+// Rows are keys, columns queries; lse and dsum are indexed by the tile's local query column
+// (col0 + ...), where col0 is the fragment's first column.
+template <int MT, int NT>
+__device__ __forceinline__ void probs_and_dscores(float (&scores_t)[MT][NT][4], float (&dprobs_t)[MT][NT][4],
+                                                  const float* lse, const float* dsum, int col0,
+                                                  const FwdParams& fwd, int lane) {
+  constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int query = col0 + nt * arch::kAtomN + arch::acc_col(lane, j);  // same for r = j and r = j + 2
+      const float lse_log2 = lse[query] * kLog2e;
+      const float query_dsum = dsum[query];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 2 * h + j;
+          const float prob = arch::exp2_approx(fmaf(scores_t[mt][nt][r], fwd.scale_log2, -lse_log2));
+          scores_t[mt][nt][r] = prob;
+          dprobs_t[mt][nt][r] = prob * (dprobs_t[mt][nt][r] - query_dsum) * fwd.softmax_scale;
+        }
+    }
+}
+
+// Adds a warp's dQ fragment (rows row0.. of the query block at m0, head-dim columns col0..) into
+// the float32 dq_accum buffer. Bounds checks only where the block passes the end of the queries
+// or the head dim is padded.
+template <int kBlockM, int kHeadDim, int MT, int NT>
+__device__ __forceinline__ void add_dq_fragment(const float (&dq)[MT][NT][4], const BwdParams& p, int batch, int head,
+                                                int m0, int row0, int col0, int lane) {
+  const AttentionShape& shape = p.fwd.shape;
+  float* dq_rows = element_ptr<float>(p.dq_accum, batch, m0, head);
+  const bool in_bounds = m0 + kBlockM <= shape.seqlen_q && shape.headdim == kHeadDim;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + mt * arch::kAtomM + arch::acc_row(lane, 2 * h);
+      float* dq_row = dq_rows + row * p.dq_accum.row_stride;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = col0 + nt * arch::kAtomN + arch::acc_col(lane, 0);
+        if (in_bounds || (m0 + row < shape.seqlen_q && col < shape.headdim))
+          arch::atomic_add_pair(dq_row + col, dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]);
+      }
+    }
+}
+
+}  // namespace flash

@@ -1,0 +1,227 @@
+// Backward by recomputation on Hopper (sm_90a), with warpgroup MMAs (wgmma). Same algorithm and
+// arguments as bwd_kernel.cuh; one CTA per (block of 128 keys, head, batch), two warpgroups, each
+// owning 64 of the keys. Per block of kBlockM queries, each warpgroup:
+//   1. S^T = K.Q^T, dP^T = V.dO^T        (64 keys x kBlockM, A and B from shared memory)
+//      P^T = exp(scale * S^T - lse), dS^T = P^T * (dP^T - dsum) * scale, in registers
+//   2. dV += P^T.dO, dK += dS^T.Q        (64 keys x hd; A = P^T / dS^T straight from registers,
+//                                         which is what the sm80 kernel cannot do with its grids)
+//   3. dQ = dS.K for half the head dim   (kBlockM x hd/2, dS^T of both warpgroups through shared
+//                                         memory), added into the float32 buffer with atomics
+// Shared memory uses the core-matrix layout of arch/sm90_wgmma.cuh; the next query block's Q, dO,
+// lse and dsum load (cp.async) during the current one.
+#pragma once
+
+#include "arch/sm90_wgmma.cuh"
+#include "bwd_fragments.cuh"
+#include "common.cuh"
+#include "fragment_mask.cuh"
+#include "mask.cuh"
+#include "params.h"
+#include "tile_io.cuh"
+
+namespace flash {
+
+template <int kHeadDim_, int kBlockM_>
+struct BwdSm90Config {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;  // queries per step: the M of the dQ wgmma
+  static constexpr int kBlockN = 128;       // keys per CTA
+  static constexpr int kWarpgroups = 2;     // each owns kBlockN / 2 = 64 keys: the M of the other wgmmas
+  static constexpr int kThreads = kWarpgroups * arch::kWarpgroupThreads;
+  static constexpr int kDqCols = kHeadDim / kWarpgroups;  // head-dim columns of dQ per warpgroup
+  static_assert(kBlockM == 64, "one m64 dQ wgmma per warpgroup");
+  static_assert(kBlockN == 64 * kWarpgroups, "64 keys per warpgroup");
+  using KVTile = arch::CoreTile<kBlockN, kHeadDim>;  // K, V: rows keys
+  using QTile = arch::CoreTile<kBlockM, kHeadDim>;   // Q, dO: rows queries
+  using DsTile = arch::CoreTile<kBlockN, kBlockM>;   // dS^T: rows keys, columns queries
+  static constexpr int kStageBytes = 2 * QTile::kBytes + 2 * kBlockM * 4;
+  static constexpr int kStages = 2;
+  static constexpr int kSmemBytes = 2 * KVTile::kBytes + DsTile::kBytes + kStages * kStageBytes;
+  // The epilogue stages dK and dV row-major (padded) in the space of K, V and dS^T.
+  static constexpr int kEpilogueStride = padded_stride<kHeadDim>();
+  static_assert(2 * kBlockN * kEpilogueStride * 2 <= 2 * KVTile::kBytes + DsTile::kBytes, "epilogue fits");
+};
+
+// One stage of per-query-block inputs in shared memory.
+template <typename Cfg>
+struct QueryStageSm90 {
+  char* q;      // QTile
+  char* dout;   // QTile
+  float* lse;   // (kBlockM)
+  float* dsum;  // (kBlockM)
+
+  __device__ __forceinline__ static QueryStageSm90 at(unsigned char* base) {
+    QueryStageSm90 s;
+    s.q = reinterpret_cast<char*>(base);
+    s.dout = s.q + Cfg::QTile::kBytes;
+    s.lse = reinterpret_cast<float*>(s.dout + Cfg::QTile::kBytes);
+    s.dsum = s.lse + Cfg::kBlockM;
+    return s;
+  }
+};
+
+template <typename T, typename Cfg>
+__device__ __forceinline__ void load_query_stage_sm90(const QueryStageSm90<Cfg>& stage, const BwdParams& p, int batch,
+                                                      int head, int m0, int tid) {
+  const AttentionShape& shape = p.fwd.shape;
+  const int rows = min(Cfg::kBlockM, shape.seqlen_q - m0);
+  arch::load_core_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
+      stage.q, element_ptr<T>(p.fwd.q, batch, m0, head), p.fwd.q.row_stride, rows, shape.headdim, tid);
+  arch::load_core_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
+      stage.dout, element_ptr<T>(p.dout, batch, m0, head), p.dout.row_stride, rows, shape.headdim, tid);
+  const int64_t vector_offset = row_vector_offset(shape, batch, head, m0);
+  load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.lse, p.fwd.lse + vector_offset, rows, tid);
+  load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.dsum, p.dsum + vector_offset, rows, tid);
+}
+
+// Phase 1 for one warpgroup: S^T and dP^T of its 64 keys (from key0) against the query block.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void scores_and_dprobs_sm90(float (&scores_t)[1][Cfg::kBlockM / 8][4],
+                                                       float (&dprobs_t)[1][Cfg::kBlockM / 8][4], const char* sK,
+                                                       const char* sV, const QueryStageSm90<Cfg>& stage, int key0) {
+  using Mma = arch::Wgmma<T, Cfg::kBlockM>;
+  arch::wgmma_fence_operand(scores_t[0]);
+  arch::wgmma_fence_operand(dprobs_t[0]);
+  arch::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kHeadDim / 16; ++ks)
+    Mma::template ss<false, false>(scores_t[0], Cfg::KVTile::k_major(sK, key0, ks), Cfg::QTile::k_major(stage.q, 0, ks),
+                                   ks > 0);
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kHeadDim / 16; ++ks)
+    Mma::template ss<false, false>(dprobs_t[0], Cfg::KVTile::k_major(sV, key0, ks),
+                                   Cfg::QTile::k_major(stage.dout, 0, ks), ks > 0);
+  arch::wgmma_commit();
+  arch::wgmma_wait<0>();
+  arch::wgmma_fence_operand(scores_t[0]);
+  arch::wgmma_fence_operand(dprobs_t[0]);
+}
+
+// Writes a warp's dS^T fragment (16 keys from key0 x kBlockM queries) into the DsTile as T.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void store_dscores_sm90(char* sdS, const float (&dscores_t)[1][Cfg::kBlockM / 8][4],
+                                                   int key0, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kBlockM / 8; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int key = key0 + arch::acc_row(lane, 2 * h), query = nt * 8 + arch::acc_col(lane, 0);
+      *reinterpret_cast<uint32_t*>(sdS + Cfg::DsTile::byte_offset(key, query)) =
+          arch::pack_pair<T>(dscores_t[0][nt][2 * h], dscores_t[0][nt][2 * h + 1]);
+    }
+}
+
+template <typename T, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  constexpr int kScoreNT = kBlockM / 8, kHeadNT = kHeadDim / 8, kDqNT = Cfg::kDqCols / 8;
+  extern __shared__ __align__(16) unsigned char smem[];  // no-swizzle wgmma operands need 16 B
+  char* sK = reinterpret_cast<char*>(smem);  // KVTile
+  char* sV = sK + Cfg::KVTile::kBytes;       // KVTile
+  char* sdS = sV + Cfg::KVTile::kBytes;      // DsTile
+  unsigned char* stage_base = reinterpret_cast<unsigned char*>(sdS + Cfg::DsTile::kBytes);
+
+  const int tid = threadIdx.x, lane = tid % arch::kWarpSize;
+  const int warpgroup = tid / arch::kWarpgroupThreads, warp_in_group = (tid / arch::kWarpSize) % 4;
+  const int group_key0 = warpgroup * 64;                  // this warpgroup's keys in the block
+  const int warp_key0 = group_key0 + warp_in_group * 16;  // this warp's accumulator rows
+  const AttentionShape& shape = p.fwd.shape;
+  const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const int head_k = head / (shape.heads / shape.heads_k);
+  const int n0 = n_block * kBlockN;
+  const int rows_k = min(kBlockN, shape.seqlen_k - n0);
+  const AttentionMask mask{shape.seqlen_q, shape.seqlen_k, p.fwd.causal};
+  const int m_first = mask.first_query(n0) / kBlockM;
+  const int m_last = ceil_div(shape.seqlen_q, kBlockM) - 1;
+
+  T* dk = element_ptr<T>(p.dk, batch, n0, head);
+  T* dv = element_ptr<T>(p.dv, batch, n0, head);
+  if (m_first > m_last) {  // no query sees these keys
+    zero_tile<kBlockN, kHeadDim, Cfg::kThreads>(dk, p.dk.row_stride, rows_k, shape.headdim, tid);
+    zero_tile<kBlockN, kHeadDim, Cfg::kThreads>(dv, p.dv.row_stride, rows_k, shape.headdim, tid);
+    return;
+  }
+
+  arch::load_core_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(sK, element_ptr<T>(p.fwd.k, batch, n0, head_k),
+                                                               p.fwd.k.row_stride, rows_k, shape.headdim, tid);
+  arch::load_core_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(sV, element_ptr<T>(p.fwd.v, batch, n0, head_k),
+                                                               p.fwd.v.row_stride, rows_k, shape.headdim, tid);
+  load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base), p, batch, head, m_first * kBlockM, tid);
+  arch::cp_async_commit();
+
+  float dk_acc[1][kHeadNT][4];  // this warp's 16 keys x head dim of dK
+  float dv_acc[1][kHeadNT][4];
+  arch::zero_accumulators(dk_acc);
+  arch::zero_accumulators(dv_acc);
+
+  for (int m_block = m_first; m_block <= m_last; ++m_block) {
+    const int m0 = m_block * kBlockM;
+    const int stage_index = (m_block - m_first) % Cfg::kStages;
+    const QueryStageSm90<Cfg> stage = QueryStageSm90<Cfg>::at(stage_base + stage_index * Cfg::kStageBytes);
+    arch::cp_async_wait<0>();
+    arch::fence_proxy_async();
+    __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
+    if (m_block < m_last) {
+      load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + (1 - stage_index) * Cfg::kStageBytes), p,
+                                    batch, head, m0 + kBlockM, tid);
+      arch::cp_async_commit();
+    }
+
+    float scores_t[1][kScoreNT][4];  // S^T, then P^T: this warp's 16 keys x kBlockM queries
+    float dprobs_t[1][kScoreNT][4];  // dP^T, then dS^T
+    scores_and_dprobs_sm90<T, Cfg>(scores_t, dprobs_t, sK, sV, stage, group_key0);
+    if (!mask.block_fully_visible(m0, kBlockM, n0, kBlockN))
+      mask_score_fragment</*kRowsAreKeys=*/true>(scores_t, mask, n0 + warp_key0, m0, lane);
+    probs_and_dscores(scores_t, dprobs_t, stage.lse, stage.dsum, 0, p.fwd, lane);
+    store_dscores_sm90<T, Cfg>(sdS, dprobs_t, warp_key0, lane);
+    arch::fence_proxy_async();
+
+    // Phase 2: dV += P^T.dO, dK += dS^T.Q with P^T, dS^T as register A operands (K = queries).
+    uint32_t probs_a[1][kBlockM / 16][4], dscores_a[1][kBlockM / 16][4];
+    arch::accumulators_to_a_fragments<T>(probs_a, scores_t);
+    arch::accumulators_to_a_fragments<T>(dscores_a, dprobs_t);
+    using KVMma = arch::Wgmma<T, kHeadDim>;
+    arch::wgmma_fence_operand(dv_acc[0]);
+    arch::wgmma_fence_operand(dk_acc[0]);
+    arch::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks)
+      KVMma::template rs<true>(dv_acc[0], probs_a[0][ks], Cfg::QTile::mn_major(stage.dout, 0, ks), true);
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks)
+      KVMma::template rs<true>(dk_acc[0], dscores_a[0][ks], Cfg::QTile::mn_major(stage.q, 0, ks), true);
+    arch::wgmma_commit();
+
+    // Phase 3: dQ (kBlockM x this warpgroup's half of the head dim) = dS.K over all 128 keys.
+    __syncthreads();  // dS^T of both warpgroups is in shared memory
+    float dq[1][kDqNT][4];
+    arch::wgmma_fence_operand(dq[0]);
+    arch::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kBlockN / 16; ++ks)
+      arch::Wgmma<T, Cfg::kDqCols>::template ss<true, true>(
+          dq[0], Cfg::DsTile::mn_major(sdS, 0, ks), Cfg::KVTile::mn_major(sK, warpgroup * Cfg::kDqCols, ks), ks > 0);
+    arch::wgmma_commit();
+    arch::wgmma_wait<0>();
+    arch::wgmma_fence_operand(dq[0]);
+    arch::wgmma_fence_operand(dv_acc[0]);
+    arch::wgmma_fence_operand(dk_acc[0]);
+    add_dq_fragment<kBlockM, kHeadDim>(dq, p, batch, head, m0, warp_in_group * 16, warpgroup * Cfg::kDqCols, lane);
+  }
+
+  // Epilogue: dK and dV through shared memory (row-major, padded) for coalesced stores.
+  T* sdK = reinterpret_cast<T*>(smem);
+  T* sdV = sdK + kBlockN * Cfg::kEpilogueStride;
+  __syncthreads();  // every warpgroup is done reading K, V and dS^T
+  arch::store_accumulators<1, kHeadNT, T>(sdK, Cfg::kEpilogueStride, warp_key0, 0, dk_acc, lane);
+  arch::store_accumulators<1, kHeadNT, T>(sdV, Cfg::kEpilogueStride, warp_key0, 0, dv_acc, lane);
+  __syncthreads();
+  store_tile<kBlockN, kHeadDim, Cfg::kThreads>(dk, p.dk.row_stride, sdK, rows_k, shape.headdim, tid);
+  store_tile<kBlockN, kHeadDim, Cfg::kThreads>(dv, p.dv.row_stride, sdV, rows_k, shape.headdim, tid);
+#else
+  __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
+#endif
+}
+
+}  // namespace flash

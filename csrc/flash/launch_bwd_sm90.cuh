@@ -1,0 +1,63 @@
+// Hopper backward launch: which head dims have a wgmma kernel, and whether this device and this
+// binary can run it.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+#include "bwd_kernel_sm90.cuh"
+#include "bwd_preprocess_kernel.cuh"
+
+namespace flash {
+
+// Head dims with a wgmma backward; the others run the sm80 kernel on Hopper too. 64-query steps:
+// the dQ wgmma is m64, and S^T / dP^T (64 keys x 64 queries per warpgroup) stay at 32 registers
+// each next to the 2 x hd/2 dK and dV accumulators.
+template <int kHeadDim>
+struct BwdSm90Tile {
+  static constexpr bool kAvailable = false;
+};
+template <> struct BwdSm90Tile<64> { static constexpr bool kAvailable = true; using type = BwdSm90Config<64, 64>; };
+template <> struct BwdSm90Tile<128> { static constexpr bool kAvailable = true; using type = BwdSm90Config<128, 64>; };
+
+// True on a compute-capability 9.0 device when the kernel's loaded image was built for sm_90a
+// (not JIT-compiled from older PTX), unless FLASH_ATTN_DISABLE_SM90=1 asks for the sm80 kernel.
+template <typename Kernel>
+cudaError_t can_run_sm90(Kernel kernel, int device, bool& result) {
+  result = false;
+  const char* disabled = std::getenv("FLASH_ATTN_DISABLE_SM90");
+  if (disabled != nullptr && std::strcmp(disabled, "1") == 0) return cudaSuccess;
+  int major = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err != cudaSuccess || major != 9) return err;
+  cudaFuncAttributes attributes;
+  err = cudaFuncGetAttributes(&attributes, kernel);
+  if (err != cudaSuccess) return err;
+  result = attributes.binaryVersion == 90 && attributes.ptxVersion == 90;
+  return cudaSuccess;
+}
+
+// Launches the wgmma backward when possible; `launched` says whether it did.
+template <typename T, int kHeadDim>
+cudaError_t try_run_bwd_sm90(const BwdParams& params, cudaStream_t stream, int device, bool& launched) {
+  launched = false;
+  if constexpr (BwdSm90Tile<kHeadDim>::kAvailable) {
+    using Cfg = typename BwdSm90Tile<kHeadDim>::type;
+    auto kernel = bwd_kernel_sm90<T, Cfg>;
+    bool usable = false;
+    cudaError_t err = can_run_sm90(kernel, device, usable);
+    if (err != cudaSuccess || !usable) return err;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    err = run_bwd_preprocess<T>(params, stream);
+    if (err != cudaSuccess) return err;
+    const dim3 grid(ceil_div(params.fwd.shape.seqlen_k, Cfg::kBlockN), params.fwd.shape.heads,
+                    params.fwd.shape.batch);
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
+    launched = true;
+    return cudaGetLastError();
+  }
+  return cudaSuccess;
+}
+
+}  // namespace flash

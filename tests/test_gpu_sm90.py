@@ -1,0 +1,75 @@
+"""The Hopper (sm_90a) backward: its arch layer on its own, which kernel runs, and the sm80 kernel
+that A100-class GPUs run for the same head dims, forced on Hopper with FLASH_ATTN_DISABLE_SM90=1.
+The sm90 kernel itself is checked against the reference by test_gpu_attention.py, which on an
+H100/H200 runs it for every head dim up to 128 that it serves (64 and 128, and those padded to them).
+"""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+import flash_attn
+from helpers import GPU_TEST_MARKS, check_flash_attn, require_kernel
+
+pytestmark = GPU_TEST_MARKS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _is_hopper():
+    return torch.cuda.get_device_capability() == (9, 0)
+
+
+def _nvcc():
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    candidate = os.path.join(cuda_home, "bin", "nvcc")
+    return candidate if os.path.exists(candidate) else shutil.which("nvcc")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+def test_wgmma_operand_layouts(tmp_path):
+    """tests/cuda/wgmma_layouts.cu: K-major, MN-major and register operands against exact products."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    binary = tmp_path / "wgmma_layouts"
+    subprocess.run([nvcc, "-std=c++17", "-I", os.path.join(ROOT, "csrc"), "-gencode=arch=compute_90a,code=sm_90a",
+                    os.path.join(ROOT, "tests", "cuda", "wgmma_layouts.cu"), "-o", str(binary)], check=True)
+    result = subprocess.run([str(binary)], capture_output=True, text=True)
+    assert result.returncode == 0 and "ALL OK" in result.stdout, result.stdout + result.stderr
+
+
+def _backward_kernel_names(headdim):
+    q, k, v = (torch.randn(1, 300, 2, headdim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        flash_attn.flash_attn_func(q, k, v).sum().backward()
+        torch.cuda.synchronize()
+    return [event.name for event in prof.events() if "bwd_kernel" in event.name]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim", [64, 128])
+def test_hopper_runs_the_wgmma_backward(monkeypatch, headdim):
+    require_kernel(torch.bfloat16, headdim)
+    names = _backward_kernel_names(headdim)
+    assert any("bwd_kernel_sm90" in name for name in names), names
+    monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
+    names = _backward_kernel_names(headdim)
+    assert names and not any("bwd_kernel_sm90" in name for name in names), names
+
+
+SM80_CASES = [(64, 239, 300, 4, 4, False), (64, 1023, 1024, 4, 2, True), (128, 113, 203, 4, 1, True),
+              (128, 1024, 1023, 4, 4, False), (59, 300, 239, 2, 2, True), (111, 128, 217, 2, 2, False)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("headdim,seqlen_q,seqlen_k,nheads,nheads_k,causal", SM80_CASES)
+def test_sm80_backward_on_any_gpu(monkeypatch, dtype, headdim, seqlen_q, seqlen_k, nheads, nheads_k, causal):
+    """The backward A100-class GPUs run for head dims 64 and 128 (on Hopper the wgmma one runs)."""
+    require_kernel(dtype, headdim)
+    monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
+    check_flash_attn(2, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, causal, "cuda")
