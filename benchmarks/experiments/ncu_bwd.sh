@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Nsight Compute on the backward kernels (GPU machine, one call): builds bf16 hd 64/128 with line
+# info, then profiles one launch per configuration (bf16, 8k, 16 heads x hd 128 or 32 x hd 64,
+# non-causal) with the sections that locate a stall: throughput, warp states, shared-memory
+# conflicts and the top stall sites. Usage: benchmarks/experiments/ncu_bwd.sh [kernel-regex]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+regex=${1:-bwd_kernel}
+FLASH_ATTN_HDIMS="64;128" FLASH_ATTN_DTYPES=bf16 FLASH_ATTN_LINEINFO=1 STAGES=build scripts/gpu_check.sh | tail -n 3
+cat > /tmp/one_backward.py <<'PY'
+import sys
+import torch
+import flash_attn
+headdim = int(sys.argv[1])
+heads = 2048 // headdim
+q, k, v = (torch.randn(2, 8192, heads, headdim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+           for _ in range(3))
+flash_attn.flash_attn_func(q, k, v).sum().backward()
+torch.cuda.synchronize()
+PY
+for hd in 128 64; do
+  echo "===== ncu: bwd hd$hd"
+  ncu --clock-control none --kernel-name "regex:$regex" --launch-count 1 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+    --section WarpStateStats --section SchedulerStats --section SourceCounters --section LaunchStats \
+    python3 /tmp/one_backward.py $hd 2>&1 | grep -v "^==PROF==" | sed -e 's/  \+/  /g'
+done
