@@ -64,7 +64,7 @@ if [[ $STAGES == *bench* ]]; then
   grep -v "^\[" /tmp/.stage.log | tail -n 150
 fi
 if [[ $STAGES == *sweep* ]]; then  # tile-configuration sweep, torch-free (benchmarks/experiments)
-  stage sweep bash -c "nvcc -O3 --expt-relaxed-constexpr -I csrc -gencode=arch=compute_90,code=sm_90 \
+  stage sweep bash -c "nvcc -O3 --expt-relaxed-constexpr -I csrc -gencode=arch=compute_90a,code=sm_90a \
     benchmarks/experiments/tile_sweep.cu -o /tmp/tile_sweep && /tmp/tile_sweep"
   cat /tmp/.stage.log
 fi

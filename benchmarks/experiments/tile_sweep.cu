@@ -2,7 +2,7 @@
 // times several FwdConfig / BwdConfig variants on the benchmark's training shapes and checks each
 // variant's output against the first one of its head dim, so a broken variant shows at once.
 //
-//   nvcc -O3 --expt-relaxed-constexpr -I csrc -gencode=arch=compute_90,code=sm_90 \
+//   nvcc -O3 --expt-relaxed-constexpr -I csrc -gencode=arch=compute_90a,code=sm_90a \
 //        benchmarks/experiments/tile_sweep.cu -o /tmp/tile_sweep && /tmp/tile_sweep
 //
 // Results and the reasons for the chosen tiles go to benchmarks/NOTES.md.
@@ -47,7 +47,7 @@ struct Problem {
 };
 
 struct Buffers {
-  T *q, *k, *v, *out, *dout, *dk, *dv;
+  T *q, *k, *v, *out, *dout, *dq, *dk, *dv;
   float *lse, *dq_accum, *dsum;
 };
 
@@ -55,10 +55,10 @@ Buffers allocate(const Problem& pb) {
   const int64_t n = (int64_t)pb.batch * pb.seqlen * pb.heads * pb.headdim;
   const int64_t rows = (int64_t)pb.batch * pb.heads * pb.seqlen;
   Buffers b{};
-  for (T** p : {&b.q, &b.k, &b.v, &b.out, &b.dout, &b.dk, &b.dv}) CUDA_OK(cudaMalloc(p, n * sizeof(T)));
+  for (T** p : {&b.q, &b.k, &b.v, &b.out, &b.dout, &b.dq, &b.dk, &b.dv}) CUDA_OK(cudaMalloc(p, n * sizeof(T)));
   CUDA_OK(cudaMalloc(&b.lse, rows * sizeof(float)));
   CUDA_OK(cudaMalloc(&b.dsum, rows * sizeof(float)));
-  CUDA_OK(cudaMalloc(&b.dq_accum, n * sizeof(float)));
+  CUDA_OK(cudaMalloc(&b.dq_accum, flash::dq_accum_elements(pb.batch, pb.heads, pb.seqlen, pb.headdim) * sizeof(float)));
   uint32_t seed = 1;
   for (T* p : {b.q, b.k, b.v, b.dout}) fill_random<<<1024, 256>>>(p, n, seed++);
   CUDA_OK(cudaGetLastError());
@@ -66,7 +66,7 @@ Buffers allocate(const Problem& pb) {
 }
 
 void release(Buffers& b) {
-  for (void* p : {(void*)b.q, (void*)b.k, (void*)b.v, (void*)b.out, (void*)b.dout, (void*)b.dk, (void*)b.dv,
+  for (void* p : {(void*)b.q, (void*)b.k, (void*)b.v, (void*)b.out, (void*)b.dout, (void*)b.dq, (void*)b.dk, (void*)b.dv,
                   (void*)b.lse, (void*)b.dq_accum, (void*)b.dsum})
     CUDA_OK(cudaFree(p));
 }
@@ -87,7 +87,8 @@ flash::BwdParams make_params(const Problem& pb, const Buffers& b) {
   p.dout = view(b.dout);
   p.dk = view(b.dk);
   p.dv = view(b.dv);
-  p.dq_accum = view(b.dq_accum);
+  p.dq = view(b.dq);
+  p.dq_accum = b.dq_accum;
   p.dsum = b.dsum;
   return p;
 }
@@ -163,8 +164,25 @@ void sweep_bwd(const char* name, const Problem& pb, const Buffers& b, bool first
   CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(flash::ceil_div(pb.seqlen, Cfg::kBlockN), pb.heads, pb.batch);
   const float ms = median_ms([&] {
-    flash::run_bwd_preprocess<T>(p, 0);
+    flash::run_bwd_preprocess<T, Cfg::kHeadDim>(p, 0);
     kernel<<<grid, Cfg::kThreads, smem>>>(p, stages);
+  });
+  const int64_t n = (int64_t)pb.batch * pb.seqlen * pb.heads * pb.headdim;
+  auto dk = download(b.dk, n, false);
+  if (first) reference_dk = dk;
+  report("bwd", name, pb, ms, 2.5 * pb.fwd_flops(), max_abs_diff(dk, reference_dk));
+}
+
+// The Hopper backward (launch_bwd_sm90.cuh), same timing and check; needs the sm_90a build.
+template <typename Cfg>
+void sweep_bwd_sm90(const char* name, const Problem& pb, const Buffers& b, bool first) {
+  const flash::BwdParams p = make_params(pb, b);
+  auto kernel = flash::bwd_kernel_sm90<T, Cfg>;
+  CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const dim3 grid(flash::ceil_div(pb.seqlen, Cfg::kBlockN), pb.heads, pb.batch);
+  const float ms = median_ms([&] {
+    flash::run_bwd_preprocess<T, Cfg::kHeadDim>(p, 0);
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p);
   });
   const int64_t n = (int64_t)pb.batch * pb.seqlen * pb.heads * pb.headdim;
   auto dk = download(b.dk, n, false);
@@ -174,6 +192,7 @@ void sweep_bwd(const char* name, const Problem& pb, const Buffers& b, bool first
 
 #define FWD(first, ...) sweep_fwd<flash::__VA_ARGS__>(#__VA_ARGS__, pb, b, first)
 #define BWD(first, ...) sweep_bwd<flash::__VA_ARGS__>(#__VA_ARGS__, pb, b, first)
+#define BWD90(first, ...) sweep_bwd_sm90<flash::__VA_ARGS__>(#__VA_ARGS__, pb, b, first)
 
 // Optional arguments narrow the sweep (e.g. for a profiler): tile_sweep [headdim [seqlen [causal]]].
 int main(int argc, char** argv) {
@@ -190,11 +209,14 @@ int main(int argc, char** argv) {
           BWD(true, BwdConfig<64, 128, 128, 8, 4, 4, 4>);
           BWD(false, BwdConfig<64, 128, 128, 8, 4, 4, 2>);
           BWD(false, BwdConfig<64, 128, 64, 8, 4, 4, 4>);
+          BWD90(false, BwdSm90Config<64, 64>);
+          BWD90(false, BwdSm90Config<64, 128>);
         } else {
           FWD(true, FwdConfig<128, 128, 64, 4>);
           BWD(true, BwdConfig<128, 64, 128, 8, 4, 4, 2>);
           BWD(false, BwdConfig<128, 64, 128, 8, 4, 2, 2>);
           BWD(false, BwdConfig<128, 128, 128, 8, 4, 4, 4>);
+          BWD90(false, BwdSm90Config<128, 64>);
         }
         release(b);
       }

@@ -4,6 +4,7 @@
 
 #include "arch/arch.cuh"
 #include "common.cuh"
+#include "dq_accum.cuh"
 #include "params.h"
 
 namespace flash {
@@ -36,25 +37,21 @@ __device__ __forceinline__ void probs_and_dscores(float (&scores_t)[MT][NT][4], 
 }
 
 // Adds a warp's dQ fragment (rows row0.. of the query block at m0, head-dim columns col0..) into
-// the float32 dq_accum buffer. Bounds checks only where the block passes the end of the queries
-// or the head dim is padded.
-template <int kBlockM, int kHeadDim, int MT, int NT>
+// dq_accum with atomics. No bounds checks: dq_accum has whole query blocks and kHeadDim columns.
+template <int kHeadDim, int MT, int NT>
 __device__ __forceinline__ void add_dq_fragment(const float (&dq)[MT][NT][4], const BwdParams& p, int batch, int head,
                                                 int m0, int row0, int col0, int lane) {
-  const AttentionShape& shape = p.fwd.shape;
-  float* dq_rows = element_ptr<float>(p.dq_accum, batch, m0, head);
-  const bool in_bounds = m0 + kBlockM <= shape.seqlen_q && shape.headdim == kHeadDim;
+  using Layout = DqAccum<kHeadDim>;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = row0 + mt * arch::kAtomM + arch::acc_row(lane, 2 * h);
-      float* dq_row = dq_rows + row * p.dq_accum.row_stride;
+      const int row = m0 + row0 + mt * arch::kAtomM + arch::acc_row(lane, 2 * h);
+      float* dq_row = p.dq_accum + Layout::row_offset(p.fwd.shape, batch, head, row);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int col = col0 + nt * arch::kAtomN + arch::acc_col(lane, 0);
-        if (in_bounds || (m0 + row < shape.seqlen_q && col < shape.headdim))
-          arch::atomic_add_pair(dq_row + col, dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]);
+        arch::atomic_add_pair(dq_row + Layout::col_offset(row, col), dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]);
       }
     }
 }

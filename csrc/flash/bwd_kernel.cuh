@@ -3,7 +3,7 @@
 //   1. S^T = K.Q^T and dP^T = V.dO^T                         (kBlockN x kBlockM, warps on a grid)
 //      P^T = exp(scale * S^T - lse), dS^T = P^T * (dP^T - dsum) * scale  -> shared memory
 //   2. dV += P^T.dO,  dK += dS^T.Q                            (kBlockN x kHeadDim, registers)
-//   3. dQ += dS.K, added into a float32 buffer with atomics    (kBlockM x kHeadDim)
+//   3. dQ += dS.K, added into dq_accum (dq_accum.cuh) with atomics  (kBlockM x kHeadDim)
 // Each phase has its own warp layout, so every head dim gets a register-sized warp tile.
 // With two stages, the next query block's Q, dO, lse and dsum load during the current one.
 #pragma once
@@ -121,7 +121,7 @@ __device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const 
   arch::zero_accumulators(dq);
   arch::warp_gemm_ss<kMT, kNT, Cfg::kBlockN / arch::kAtomK, arch::Layout::kColMajorKM, arch::BLayout::kKN>(
       dq, sdSt, Cfg::kScoreStride, query0, sK, Cfg::kStride, dim0, lane);
-  add_dq_fragment<Cfg::kBlockM, Cfg::kHeadDim>(dq, p, batch, head, m0, query0, dim0, lane);
+  add_dq_fragment<Cfg::kHeadDim>(dq, p, batch, head, m0, query0, dim0, lane);
 }
 
 template <typename T, typename Cfg>

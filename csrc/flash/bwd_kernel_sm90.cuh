@@ -5,15 +5,21 @@
 //      P^T = exp(scale * S^T - lse), dS^T = P^T * (dP^T - dsum) * scale, in registers
 //   2. dV += P^T.dO, dK += dS^T.Q        (64 keys x hd; A = P^T / dS^T straight from registers,
 //                                         which is what the sm80 kernel cannot do with its grids)
-//   3. dQ = dS.K for half the head dim   (kBlockM x hd/2, dS^T of both warpgroups through shared
-//                                         memory), added into the float32 buffer with atomics
+//   3. its half of dQ = dS.K             (kBlockM x hd split in two, by head dim or, with 128-query
+//                                         steps, by query; dS^T of both warpgroups through shared
+//                                         memory), written to a shared copy of the dq_accum tile
+// One thread then adds the whole dQ tile into dq_accum with a single bulk reduction (TMA engine),
+// overlapped with the next query block: per-element atomics from every thread kept L2 two-thirds
+// busy and stalled the warps that issued them (ncu, benchmarks/NOTES.md).
 // Shared memory uses the core-matrix layout of arch/sm90_wgmma.cuh; the next query block's Q, dO,
 // lse and dsum load (cp.async) during the current one.
 #pragma once
 
+#include "arch/sm90_bulk.cuh"
 #include "arch/sm90_wgmma.cuh"
 #include "bwd_fragments.cuh"
 #include "common.cuh"
+#include "dq_accum.cuh"
 #include "fragment_mask.cuh"
 #include "mask.cuh"
 #include "params.h"
@@ -24,19 +30,23 @@ namespace flash {
 template <int kHeadDim_, int kBlockM_>
 struct BwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kBlockM_;  // queries per step: the M of the dQ wgmma
+  static constexpr int kBlockM = kBlockM_;  // queries per step: the N of the S^T wgmma
   static constexpr int kBlockN = 128;       // keys per CTA
   static constexpr int kWarpgroups = 2;     // each owns kBlockN / 2 = 64 keys: the M of the other wgmmas
   static constexpr int kThreads = kWarpgroups * arch::kWarpgroupThreads;
-  static constexpr int kDqCols = kHeadDim / kWarpgroups;  // head-dim columns of dQ per warpgroup
-  static_assert(kBlockM == 64, "one m64 dQ wgmma per warpgroup");
+  // dQ (kBlockM x kHeadDim) is split between the warpgroups into two m64 wgmma tiles: by head dim
+  // for 64-query steps, by query for 128-query steps.
+  static constexpr bool kDqSplitByQuery = kBlockM == 128;
+  static constexpr int kDqCols = kDqSplitByQuery ? kHeadDim : kHeadDim / kWarpgroups;
+  static_assert(kBlockM == 64 || kBlockM == 128, "one m64 dQ wgmma per warpgroup");
   static_assert(kBlockN == 64 * kWarpgroups, "64 keys per warpgroup");
   using KVTile = arch::CoreTile<kBlockN, kHeadDim>;  // K, V: rows keys
   using QTile = arch::CoreTile<kBlockM, kHeadDim>;   // Q, dO: rows queries
   using DsTile = arch::CoreTile<kBlockN, kBlockM>;   // dS^T: rows keys, columns queries
   static constexpr int kStageBytes = 2 * QTile::kBytes + 2 * kBlockM * 4;
   static constexpr int kStages = 2;
-  static constexpr int kSmemBytes = 2 * KVTile::kBytes + DsTile::kBytes + kStages * kStageBytes;
+  static constexpr int kDqTileBytes = kBlockM * kHeadDim * 4;  // float32, the dq_accum tile layout
+  static constexpr int kSmemBytes = 2 * KVTile::kBytes + DsTile::kBytes + kStages * kStageBytes + kDqTileBytes;
   // The epilogue stages dK and dV row-major (padded) in the space of K, V and dS^T.
   static constexpr int kEpilogueStride = padded_stride<kHeadDim>();
   static_assert(2 * kBlockN * kEpilogueStride * 2 <= 2 * KVTile::kBytes + DsTile::kBytes, "epilogue fits");
@@ -111,6 +121,28 @@ __device__ __forceinline__ void store_dscores_sm90(char* sdS, const float (&dsco
     }
 }
 
+// Writes a warp's dQ fragment (rows row0.., columns col0.. of the query block) into the shared
+// copy of the dq_accum tile, in dq_accum's layout.
+template <typename Cfg, int NT>
+__device__ __forceinline__ void store_dq_sm90(float* sdQ, const float (&dq)[1][NT][4], int row0, int col0, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + arch::acc_row(lane, 2 * h), col = col0 + nt * 8 + arch::acc_col(lane, 0);
+      *reinterpret_cast<float2*>(sdQ + row * Cfg::kHeadDim + DqAccum<Cfg::kHeadDim>::col_offset(row, col)) =
+          float2{dq[0][nt][2 * h], dq[0][nt][2 * h + 1]};
+    }
+}
+
+// dq_accum tile of the query block at m0 += sdQ: one bulk reduction, issued by one thread.
+template <typename Cfg>
+__device__ __forceinline__ void reduce_dq_tile(const BwdParams& p, const float* sdQ, int batch, int head, int m0) {
+  arch::bulk_reduce_add_f32(p.dq_accum + DqAccum<Cfg::kHeadDim>::row_offset(p.fwd.shape, batch, head, m0), sdQ,
+                            Cfg::kDqTileBytes);
+  arch::bulk_commit();
+}
+
 template <typename T, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -121,6 +153,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   char* sV = sK + Cfg::KVTile::kBytes;       // KVTile
   char* sdS = sV + Cfg::KVTile::kBytes;      // DsTile
   unsigned char* stage_base = reinterpret_cast<unsigned char*>(sdS + Cfg::DsTile::kBytes);
+  float* sdQ = reinterpret_cast<float*>(stage_base + Cfg::kStages * Cfg::kStageBytes);  // (kBlockM, kHeadDim)
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize;
   const int warpgroup = tid / arch::kWarpgroupThreads, warp_in_group = (tid / arch::kWarpSize) % 4;
@@ -162,6 +195,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     arch::cp_async_wait<0>();
     arch::fence_proxy_async();
     __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
+    if (tid == 0 && m_block > m_first) reduce_dq_tile<Cfg>(p, sdQ, batch, head, m0 - kBlockM);
     if (m_block < m_last) {
       load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + (1 - stage_index) * Cfg::kStageBytes), p,
                                     batch, head, m0 + kBlockM, tid);
@@ -194,20 +228,29 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     arch::wgmma_commit();
 
     // Phase 3: dQ (kBlockM x this warpgroup's half of the head dim) = dS.K over all 128 keys.
-    __syncthreads();  // dS^T of both warpgroups is in shared memory
+    if (tid == 0) arch::bulk_wait_source_read<0>();
+    __syncthreads();  // dS^T of both warpgroups is in shared memory; sdQ has been read out
+    const int dq_row0 = Cfg::kDqSplitByQuery ? warpgroup * 64 : 0;
+    const int dq_col0 = Cfg::kDqSplitByQuery ? 0 : warpgroup * Cfg::kDqCols;
     float dq[1][kDqNT][4];
     arch::wgmma_fence_operand(dq[0]);
     arch::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kBlockN / 16; ++ks)
       arch::Wgmma<T, Cfg::kDqCols>::template ss<true, true>(
-          dq[0], Cfg::DsTile::mn_major(sdS, 0, ks), Cfg::KVTile::mn_major(sK, warpgroup * Cfg::kDqCols, ks), ks > 0);
+          dq[0], Cfg::DsTile::mn_major(sdS, dq_row0, ks), Cfg::KVTile::mn_major(sK, dq_col0, ks), ks > 0);
     arch::wgmma_commit();
     arch::wgmma_wait<0>();
     arch::wgmma_fence_operand(dq[0]);
     arch::wgmma_fence_operand(dv_acc[0]);
     arch::wgmma_fence_operand(dk_acc[0]);
-    add_dq_fragment<kBlockM, kHeadDim>(dq, p, batch, head, m0, warp_in_group * 16, warpgroup * Cfg::kDqCols, lane);
+    store_dq_sm90<Cfg>(sdQ, dq, dq_row0 + warp_in_group * 16, dq_col0, lane);
+    arch::fence_proxy_async();
+  }
+  __syncthreads();  // the last block's dQ tile is complete
+  if (tid == 0) {
+    reduce_dq_tile<Cfg>(p, sdQ, batch, head, m_last * kBlockM);
+    arch::bulk_wait_complete<0>();
   }
 
   // Epilogue: dK and dV through shared memory (row-major, padded) for coalesced stores.

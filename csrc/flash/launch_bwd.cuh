@@ -8,6 +8,7 @@
 
 #include "bwd_kernel.cuh"
 #include "bwd_preprocess_kernel.cuh"
+#include "dq_accum.cuh"
 #include "launch_api.h"
 #include "launch_bwd_sm90.cuh"
 
@@ -31,16 +32,13 @@ template <> struct BwdTile<128> { using type = BwdConfig<128, 64, 128, 8, 4, 4, 
 template <> struct BwdTile<192> { using type = BwdConfig<192, 64, 64, 8, 4, 4, 4>; };
 template <> struct BwdTile<256> { using type = BwdConfig<256, 64, 64, 8, 4, 4, 4>; };
 
+// The sm80 kernel, on any sm80+ GPU.
 template <typename T, int kHeadDim>
-cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
+cudaError_t run_bwd_sm80(const BwdParams& params, cudaStream_t stream, int device) {
   using Cfg = typename BwdTile<kHeadDim>::type;
   auto kernel = bwd_kernel<T, Cfg>;
-  int device = 0, smem_optin = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  bool launched = false;
-  if (err == cudaSuccess) err = try_run_bwd_sm90<T, kHeadDim>(params, stream, device, launched);
-  if (err != cudaSuccess || launched) return err;
-  err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  int smem_optin = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
   // Two stages overlap the next query block's loads with this one's math. They fit H100's 227 KB
   // at every head dim; on A100-class shared memory (163 KB) the larger tiles fall back to one stage.
@@ -51,11 +49,22 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
   const int smem = Cfg::smem_bytes(stages);
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  err = run_bwd_preprocess<T>(params, stream);
-  if (err != cudaSuccess) return err;
   const dim3 grid(ceil_div(params.fwd.shape.seqlen_k, Cfg::kBlockN), params.fwd.shape.heads, params.fwd.shape.batch);
   kernel<<<grid, Cfg::kThreads, smem, stream>>>(params, stages);
   return cudaGetLastError();
+}
+
+// Preprocess (dsum, zeroed dq_accum), the main kernel, then dq from dq_accum.
+template <typename T, int kHeadDim>
+cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = run_bwd_preprocess<T, kHeadDim>(params, stream);
+  bool launched = false;
+  if (err == cudaSuccess) err = try_run_bwd_sm90<T, kHeadDim>(params, stream, device, launched);
+  if (err == cudaSuccess && !launched) err = run_bwd_sm80<T, kHeadDim>(params, stream, device);
+  if (err == cudaSuccess) err = run_convert_dq<T, kHeadDim>(params, stream);
+  return err;
 }
 
 }  // namespace flash

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "bwd_kernel_sm90.cuh"
-#include "bwd_preprocess_kernel.cuh"
 
 namespace flash {
 
@@ -37,7 +36,7 @@ cudaError_t can_run_sm90(Kernel kernel, int device, bool& result) {
   return cudaSuccess;
 }
 
-// Launches the wgmma backward when possible; `launched` says whether it did.
+// Launches the wgmma backward kernel when possible; `launched` says whether it did.
 template <typename T, int kHeadDim>
 cudaError_t try_run_bwd_sm90(const BwdParams& params, cudaStream_t stream, int device, bool& launched) {
   launched = false;
@@ -48,8 +47,6 @@ cudaError_t try_run_bwd_sm90(const BwdParams& params, cudaStream_t stream, int d
     cudaError_t err = can_run_sm90(kernel, device, usable);
     if (err != cudaSuccess || !usable) return err;
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    err = run_bwd_preprocess<T>(params, stream);
     if (err != cudaSuccess) return err;
     const dim3 grid(ceil_div(params.fwd.shape.seqlen_k, Cfg::kBlockN), params.fwd.shape.heads,
                     params.fwd.shape.batch);

@@ -39,8 +39,20 @@ struct BwdParams {
   Strided4d dout;   // like out
   Strided4d dk;     // (batch, seqlen_k, heads, headdim): one slice per query head, summed over
   Strided4d dv;     //   the query heads of a KV head by the op when heads != heads_k
-  Strided4d dq_accum;  // float32 (batch, seqlen_q, heads, headdim), zeroed; the kernel adds into it
+  Strided4d dq;     // output, like q
+  float* dq_accum;  // float32 scratch of dq_accum_elements() floats, laid out as in dq_accum.cuh;
+                    //   the preprocess zeroes it, the main kernel adds into it, a last pass converts
   float* dsum;      // (batch, heads, seqlen_q) float32: rowsum(dout * out), from bwd_preprocess
 };
+
+// dq_accum holds (batch, heads, dq_accum_rows(seqlen_q), kernel head dim) floats: rows padded to a
+// multiple of 128, so every query block of every backward kernel is a whole tile of it.
+constexpr int kDqAccumRowMultiple = 128;
+constexpr int64_t dq_accum_rows(int64_t seqlen_q) {
+  return (seqlen_q + kDqAccumRowMultiple - 1) / kDqAccumRowMultiple * kDqAccumRowMultiple;
+}
+constexpr int64_t dq_accum_elements(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t kernel_headdim) {
+  return batch * heads * dq_accum_rows(seqlen_q) * kernel_headdim;
+}
 
 }  // namespace flash

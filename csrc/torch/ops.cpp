@@ -226,24 +226,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(const at::Tensor& dout_in
   const auto kv_options = k.options();
   auto dk_slices = expand_kv ? at::empty({batch, seqlen_k, heads, headdim}, kv_options) : at::empty(k.sizes(), kv_options);
   auto dv_slices = expand_kv ? at::empty({batch, seqlen_k, heads, headdim}, kv_options) : at::empty(v.sizes(), kv_options);
-  auto dq_accum = at::zeros({batch, seqlen_q, heads, headdim}, q.options().dtype(at::kFloat));
+  auto dq = at::empty(q.sizes(), q.options());
+  auto dq_accum =
+      at::empty({flash::dq_accum_elements(batch, heads, seqlen_q, kernel_hd)}, q.options().dtype(at::kFloat));
   auto dsum = at::empty({batch, heads, seqlen_q}, q.options().dtype(at::kFloat));
-  poison({dk_slices, dv_slices});
-  if (seqlen_q == 0) {  // no query: every gradient is zero
+  poison({dq, dk_slices, dv_slices});
+  if (seqlen_q == 0 || seqlen_k == 0) {  // no query, or no key to attend to: every gradient is zero
+    dq.zero_();
     dk_slices.zero_();
     dv_slices.zero_();
-  } else if (dk_slices.numel() > 0) {
+  } else if (q.numel() > 0) {
     flash::BwdParams p{};
     p.fwd = fwd_params(q, k, v, out, lse, softmax_scale, causal);
     p.dout = strided(dout);
     p.dk = strided(dk_slices);
     p.dv = strided(dv_slices);
-    p.dq_accum = strided(dq_accum);
+    p.dq = strided(dq);
+    p.dq_accum = dq_accum.data_ptr<float>();
     p.dsum = dsum.data_ptr<float>();
     check_launch(launch<BwdPass>(q.scalar_type(), kernel_hd, p, at::cuda::getCurrentCUDAStream()), "backward",
                  q.scalar_type(), kernel_hd);
   }
-  auto dq = dq_accum.to(q.scalar_type());
   if (!expand_kv) return {dq, dk_slices, dv_slices};
   const int64_t group = heads / heads_k;
   auto dk = dk_slices.view({batch, seqlen_k, heads_k, group, headdim}).sum(3);

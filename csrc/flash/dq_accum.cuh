@@ -1,0 +1,63 @@
+// The float32 buffer dQ is summed in across key blocks, and the pass that converts it to dq.
+//
+// Layout (sizes in params.h): (batch, heads, dq_accum_rows(seqlen_q), kHeadDim), contiguous, so
+// the rows of one query block of one head form one contiguous tile: the sm90 kernel adds a whole
+// tile with one bulk reduction from a shared-memory copy. Within a row, the 16-byte units (4
+// floats) are XOR-swizzled by row % 8 (unit v stored at v ^ (row % 8)): every row of such a tile
+// starts at the same bank, and the swizzle spreads a warp's fragment stores (8 rows x 32 bytes)
+// over all banks, 2 wavefronts instead of 8. kHeadDim is a multiple of 32, so the swizzle stays
+// inside the row.
+#pragma once
+
+#include "arch/arch.cuh"
+#include "common.cuh"
+#include "params.h"
+
+namespace flash {
+
+template <int kHeadDim>
+struct DqAccum {
+  static_assert(kHeadDim % 32 == 0, "8 or more whole 16-byte units per row");
+
+  // Offset of the row's first element (query row `row` of (batch, head)).
+  __device__ __forceinline__ static int64_t row_offset(const AttentionShape& s, int batch, int head, int row) {
+    return ((static_cast<int64_t>(batch) * s.heads + head) * dq_accum_rows(s.seqlen_q) + row) * kHeadDim;
+  }
+
+  // Offset of column `col` inside row `row` (any row of the same row % 8 gives the same answer).
+  __device__ __forceinline__ static int col_offset(int row, int col) {
+    return (((col / 4) ^ (row % 8)) * 4) + col % 4;
+  }
+};
+
+// dq[b, i, h, :headdim] = dq_accum row (b, h, i), converted to T. One thread per 4 columns.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(256) convert_dq_kernel(const BwdParams p) {
+  constexpr int kUnits = kHeadDim / 4;
+  constexpr int kRowsPerBlock = 256 / kUnits;
+  const AttentionShape& shape = p.fwd.shape;
+  const int unit = threadIdx.x % kUnits;
+  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kUnits;
+  if (row_id >= static_cast<int64_t>(shape.batch) * shape.heads * shape.seqlen_q || 4 * unit >= shape.headdim) return;
+  const int row = static_cast<int>(row_id % shape.seqlen_q);
+  const int head = static_cast<int>((row_id / shape.seqlen_q) % shape.heads);
+  const int batch = static_cast<int>(row_id / (static_cast<int64_t>(shape.seqlen_q) * shape.heads));
+  const float4 v = *reinterpret_cast<const float4*>(p.dq_accum + DqAccum<kHeadDim>::row_offset(shape, batch, head, row) +
+                                                    DqAccum<kHeadDim>::col_offset(row, 4 * unit));
+  uint2 packed;
+  packed.x = arch::pack_pair<T>(v.x, v.y);
+  packed.y = arch::pack_pair<T>(v.z, v.w);
+  *reinterpret_cast<uint2*>(element_ptr<T>(p.dq, batch, row, head) + 4 * unit) = packed;
+}
+
+template <typename T, int kHeadDim>
+cudaError_t run_convert_dq(const BwdParams& params, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = 256 / (kHeadDim / 4);
+  const AttentionShape& s = params.fwd.shape;
+  const int64_t rows = static_cast<int64_t>(s.batch) * s.heads * s.seqlen_q;
+  convert_dq_kernel<T, kHeadDim><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), 256, 0, stream>>>(
+      params);
+  return cudaGetLastError();
+}
+
+}  // namespace flash
