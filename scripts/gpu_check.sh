@@ -5,6 +5,7 @@
 #   STAGES="build test" scripts/gpu_check.sh
 #   PYTEST_ARGS="-k fwd" BENCH_ARGS="--suite speed" scripts/gpu_check.sh
 #   STAGES="sweep" scripts/gpu_check.sh  # tile sweep only (benchmarks/experiments/tile_sweep.cu)
+#   STAGES="sweep" SWEEP_ARGS="64 8192 0;128 2048 1" scripts/gpu_check.sh
 #
 # Build variables pass through (FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, FLASH_ATTN_CUDA_ARCHS, default
 # here: 90, the machine's arch). The build and test logs (check.log) and the benchmark results
@@ -64,8 +65,10 @@ if [[ $STAGES == *bench* ]]; then
   grep -v "^\[" /tmp/.stage.log | tail -n 150
 fi
 if [[ $STAGES == *sweep* ]]; then  # tile-configuration sweep, torch-free (benchmarks/experiments)
+  # SWEEP_ARGS: selections separated by ';', each "headdim [seqlen [causal]]" (default: all)
   stage sweep bash -c "nvcc -O3 --expt-relaxed-constexpr -I csrc -gencode=arch=compute_90a,code=sm_90a \
-    benchmarks/experiments/tile_sweep.cu -o /tmp/tile_sweep && /tmp/tile_sweep"
+    benchmarks/experiments/tile_sweep.cu -o /tmp/tile_sweep && IFS=';' && for args in \${SWEEP_ARGS:-''}; do \
+    IFS=' '; /tmp/tile_sweep \$args; done"
   cat /tmp/.stage.log
 fi
 printf '%s\n' "${summary[@]}"

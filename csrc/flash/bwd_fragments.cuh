@@ -9,29 +9,42 @@
 
 namespace flash {
 
-// In place: S^T -> P^T = exp(scale * S^T - lse) and dP^T -> dS^T = P^T * (dP^T - dsum) * scale.
-// Rows are keys, columns queries; lse and dsum are indexed by the tile's local query column
-// (col0 + ...), where col0 is the fragment's first column.
+// In place: S^T -> P^T = exp(scale * S^T - lse). Rows are keys, columns queries; lse is indexed by
+// the tile's local query column (col0 + ...), where col0 is the fragment's first column.
 template <int MT, int NT>
-__device__ __forceinline__ void probs_and_dscores(float (&scores_t)[MT][NT][4], float (&dprobs_t)[MT][NT][4],
-                                                  const float* lse, const float* dsum, int col0,
+__device__ __forceinline__ void probs_from_scores(float (&scores_t)[MT][NT][4], const float* lse, int col0,
                                                   const FwdParams& fwd, int lane) {
   constexpr float kLog2e = 1.4426950408889634f;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const int query = col0 + nt * arch::kAtomN + arch::acc_col(lane, j);  // same for r = j and r = j + 2
-      const float lse_log2 = lse[query] * kLog2e;
-      const float query_dsum = dsum[query];
+      const float lse_log2 = lse[col0 + nt * arch::kAtomN + arch::acc_col(lane, j)] * kLog2e;  // r = j and j + 2
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float& x = scores_t[mt][nt][2 * h + j];
+          x = arch::exp2_approx(fmaf(x, fwd.scale_log2, -lse_log2));
+        }
+    }
+}
+
+// In place: dP^T -> dS^T = P^T * (dP^T - dsum) * scale, with dsum indexed like lse above.
+template <int MT, int NT>
+__device__ __forceinline__ void dscores_from_dprobs(float (&dprobs_t)[MT][NT][4], const float (&probs_t)[MT][NT][4],
+                                                    const float* dsum, int col0, const FwdParams& fwd, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float query_dsum = dsum[col0 + nt * arch::kAtomN + arch::acc_col(lane, j)];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = 2 * h + j;
-          const float prob = arch::exp2_approx(fmaf(scores_t[mt][nt][r], fwd.scale_log2, -lse_log2));
-          scores_t[mt][nt][r] = prob;
-          dprobs_t[mt][nt][r] = prob * (dprobs_t[mt][nt][r] - query_dsum) * fwd.softmax_scale;
+          dprobs_t[mt][nt][r] = probs_t[mt][nt][r] * (dprobs_t[mt][nt][r] - query_dsum) * fwd.softmax_scale;
         }
     }
 }

@@ -105,7 +105,8 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
       dprobs_t, sV, Cfg::kStride, key0, stage.dout, Cfg::kStride, query0, lane);
 
   if (needs_mask) mask_score_fragment</*kRowsAreKeys=*/true>(scores_t, mask, n0 + key0, m0 + query0, lane);
-  probs_and_dscores(scores_t, dprobs_t, stage.lse, stage.dsum, query0, p.fwd, lane);
+  probs_from_scores(scores_t, stage.lse, query0, p.fwd, lane);
+  dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, query0, p.fwd, lane);
   arch::store_accumulators<kMT, kNT, T>(sPt, Cfg::kScoreStride, key0, query0, scores_t, lane);
   arch::store_accumulators<kMT, kNT, T>(sdSt, Cfg::kScoreStride, key0, query0, dprobs_t, lane);
 }

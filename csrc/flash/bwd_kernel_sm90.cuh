@@ -5,6 +5,7 @@
 //      P^T = exp(scale * S^T - lse), dS^T = P^T * (dP^T - dsum) * scale, in registers
 //   2. dV += P^T.dO, dK += dS^T.Q        (64 keys x hd; A = P^T / dS^T straight from registers,
 //                                         which is what the sm80 kernel cannot do with its grids)
+//      issued so that the exponentials run under the dP^T wgmmas and dS^T under the dV ones
 //   3. its half of dQ = dS.K             (kBlockM x hd split in two, by head dim or, with 128-query
 //                                         steps, by query; dS^T of both warpgroups through shared
 //                                         memory), written to a shared copy of the dq_accum tile
@@ -27,9 +28,12 @@
 
 namespace flash {
 
-template <int kHeadDim_, int kBlockM_>
+template <int kHeadDim_, int kBlockM_, bool kExpUnderDprobs_ = true>
 struct BwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
+  // Whether the exponentials wait only for S^T and run under the dP^T wgmmas. It keeps dP^T's
+  // registers reserved during them: a tuning choice per head dim (launch_bwd_sm90.cuh).
+  static constexpr bool kExpUnderDprobs = kExpUnderDprobs_;
   static constexpr int kBlockM = kBlockM_;  // queries per step: the N of the S^T wgmma
   static constexpr int kBlockN = 128;       // keys per CTA
   static constexpr int kWarpgroups = 2;     // each owns kBlockN / 2 = 64 keys: the M of the other wgmmas
@@ -84,11 +88,13 @@ __device__ __forceinline__ void load_query_stage_sm90(const QueryStageSm90<Cfg>&
   load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.dsum, p.dsum + vector_offset, rows, tid);
 }
 
-// Phase 1 for one warpgroup: S^T and dP^T of its 64 keys (from key0) against the query block.
+// Phase 1 for one warpgroup: issues S^T and dP^T of its 64 keys (from key0) against the query
+// block as two wgmma groups, S^T first; the caller waits for each when it needs it.
 template <typename T, typename Cfg>
-__device__ __forceinline__ void scores_and_dprobs_sm90(float (&scores_t)[1][Cfg::kBlockM / 8][4],
-                                                       float (&dprobs_t)[1][Cfg::kBlockM / 8][4], const char* sK,
-                                                       const char* sV, const QueryStageSm90<Cfg>& stage, int key0) {
+__device__ __forceinline__ void issue_scores_and_dprobs_sm90(float (&scores_t)[1][Cfg::kBlockM / 8][4],
+                                                             float (&dprobs_t)[1][Cfg::kBlockM / 8][4], const char* sK,
+                                                             const char* sV, const QueryStageSm90<Cfg>& stage,
+                                                             int key0) {
   using Mma = arch::Wgmma<T, Cfg::kBlockM>;
   arch::wgmma_fence_operand(scores_t[0]);
   arch::wgmma_fence_operand(dprobs_t[0]);
@@ -97,14 +103,26 @@ __device__ __forceinline__ void scores_and_dprobs_sm90(float (&scores_t)[1][Cfg:
   for (int ks = 0; ks < Cfg::kHeadDim / 16; ++ks)
     Mma::template ss<false, false>(scores_t[0], Cfg::KVTile::k_major(sK, key0, ks), Cfg::QTile::k_major(stage.q, 0, ks),
                                    ks > 0);
+  arch::wgmma_commit();
 #pragma unroll
   for (int ks = 0; ks < Cfg::kHeadDim / 16; ++ks)
     Mma::template ss<false, false>(dprobs_t[0], Cfg::KVTile::k_major(sV, key0, ks),
                                    Cfg::QTile::k_major(stage.dout, 0, ks), ks > 0);
   arch::wgmma_commit();
-  arch::wgmma_wait<0>();
-  arch::wgmma_fence_operand(scores_t[0]);
-  arch::wgmma_fence_operand(dprobs_t[0]);
+}
+
+// acc += A (registers, 64 x kBlockM) . B (a QTile read MN-major: kBlockM queries x head dim), issued
+// as one wgmma group: dV += P^T.dO and dK += dS^T.Q.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void issue_kv_gradient_sm90(float (&acc)[1][Cfg::kHeadDim / 8][4],
+                                                       const uint32_t (&a)[1][Cfg::kBlockM / 16][4],
+                                                       const char* query_tile) {
+  arch::wgmma_fence_operand(acc[0]);
+  arch::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kBlockM / 16; ++ks)
+    arch::Wgmma<T, Cfg::kHeadDim>::template rs<true>(acc[0], a[0][ks], Cfg::QTile::mn_major(query_tile, 0, ks), true);
+  arch::wgmma_commit();
 }
 
 // Writes a warp's dS^T fragment (16 keys from key0 x kBlockM queries) into the DsTile as T.
@@ -202,30 +220,31 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
       arch::cp_async_commit();
     }
 
+    // Phases 1 and 2 overlapped: exp(S^T) runs under the dP^T wgmmas (kExpUnderDprobs), dS^T under
+    // the dV ones.
     float scores_t[1][kScoreNT][4];  // S^T, then P^T: this warp's 16 keys x kBlockM queries
     float dprobs_t[1][kScoreNT][4];  // dP^T, then dS^T
-    scores_and_dprobs_sm90<T, Cfg>(scores_t, dprobs_t, sK, sV, stage, group_key0);
+    issue_scores_and_dprobs_sm90<T, Cfg>(scores_t, dprobs_t, sK, sV, stage, group_key0);
+    if constexpr (Cfg::kExpUnderDprobs)
+      arch::wgmma_wait<1>();  // S^T is done; dP^T may still run
+    else
+      arch::wgmma_wait<0>();
+    arch::wgmma_fence_operand(scores_t[0]);
     if (!mask.block_fully_visible(m0, kBlockM, n0, kBlockN))
       mask_score_fragment</*kRowsAreKeys=*/true>(scores_t, mask, n0 + warp_key0, m0, lane);
-    probs_and_dscores(scores_t, dprobs_t, stage.lse, stage.dsum, 0, p.fwd, lane);
+    probs_from_scores(scores_t, stage.lse, 0, p.fwd, lane);
+    uint32_t probs_a[1][kBlockM / 16][4];
+    arch::accumulators_to_a_fragments<T>(probs_a, scores_t);
+    issue_kv_gradient_sm90<T, Cfg>(dv_acc, probs_a, stage.dout);  // dV += P^T.dO
+
+    arch::wgmma_wait<1>();  // dP^T is done; dV may still run
+    arch::wgmma_fence_operand(dprobs_t[0]);
+    dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, 0, p.fwd, lane);
     store_dscores_sm90<T, Cfg>(sdS, dprobs_t, warp_key0, lane);
     arch::fence_proxy_async();
-
-    // Phase 2: dV += P^T.dO, dK += dS^T.Q with P^T, dS^T as register A operands (K = queries).
-    uint32_t probs_a[1][kBlockM / 16][4], dscores_a[1][kBlockM / 16][4];
-    arch::accumulators_to_a_fragments<T>(probs_a, scores_t);
+    uint32_t dscores_a[1][kBlockM / 16][4];
     arch::accumulators_to_a_fragments<T>(dscores_a, dprobs_t);
-    using KVMma = arch::Wgmma<T, kHeadDim>;
-    arch::wgmma_fence_operand(dv_acc[0]);
-    arch::wgmma_fence_operand(dk_acc[0]);
-    arch::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kBlockM / 16; ++ks)
-      KVMma::template rs<true>(dv_acc[0], probs_a[0][ks], Cfg::QTile::mn_major(stage.dout, 0, ks), true);
-#pragma unroll
-    for (int ks = 0; ks < kBlockM / 16; ++ks)
-      KVMma::template rs<true>(dk_acc[0], dscores_a[0][ks], Cfg::QTile::mn_major(stage.q, 0, ks), true);
-    arch::wgmma_commit();
+    issue_kv_gradient_sm90<T, Cfg>(dk_acc, dscores_a, stage.q);  // dK += dS^T.Q
 
     // Phase 3: dQ (kBlockM x this warpgroup's half of the head dim) = dS.K over all 128 keys.
     if (tid == 0) arch::bulk_wait_source_read<0>();
