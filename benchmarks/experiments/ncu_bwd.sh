@@ -18,10 +18,14 @@ q, k, v = (torch.randn(2, 8192, heads, headdim, device="cuda", dtype=torch.bfloa
 flash_attn.flash_attn_func(q, k, v).sum().backward()
 torch.cuda.synchronize()
 PY
-for hd in 128 64; do
+# Tensor-pipe metrics of this GPU whose names mention gmma (wgmma), read if they exist.
+gmma_metrics=$(ncu --query-metrics 2>/dev/null | awk '{print $1}' | grep -i "gmma" | head -8 | paste -sd, -)
+echo "gmma metrics: ${gmma_metrics:-none}"
+for hd in ${HEADDIMS:-128 64}; do
   echo "===== ncu: bwd hd$hd"
-  ncu --clock-control none --kernel-name "regex:$regex" --launch-count 1 \
+  ncu --clock-control none --kernel-name "regex:$regex" --launch-count 1 --print-details all \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
-    --section WarpStateStats --section SchedulerStats --section SourceCounters --section LaunchStats \
+    --section WarpStateStats --section SchedulerStats --section LaunchStats \
+    ${gmma_metrics:+--metrics $gmma_metrics} \
     python3 /tmp/one_backward.py $hd 2>&1 | grep -v "^==PROF==" | sed -e 's/  \+/  /g'
 done
