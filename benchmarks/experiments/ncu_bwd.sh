@@ -6,7 +6,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 regex=${1:-bwd_kernel}
-FLASH_ATTN_HDIMS="64;128" FLASH_ATTN_DTYPES=bf16 FLASH_ATTN_LINEINFO=1 STAGES=build scripts/gpu_check.sh | tail -n 3
+[[ ${SKIP_BUILD:-0} == 1 ]] || FLASH_ATTN_HDIMS="64;128" FLASH_ATTN_DTYPES=bf16 FLASH_ATTN_LINEINFO=1 STAGES=build \
+  scripts/gpu_check.sh | tail -n 3
 cat > /tmp/one_backward.py <<'PY'
 import sys
 import torch
@@ -19,7 +20,8 @@ flash_attn.flash_attn_func(q, k, v).sum().backward()
 torch.cuda.synchronize()
 PY
 # Tensor-pipe metrics of this GPU whose names mention gmma (wgmma), read if they exist.
-gmma_metrics=$(ncu --query-metrics 2>/dev/null | awk '{print $1}' | grep -i "gmma" | head -8 | paste -sd, -)
+gmma_metrics=$(ncu --query-metrics 2>/dev/null | awk '{print $1}' | grep -E "^[a-z0-9_]+gmma[a-z0-9_]*$" \
+  | sed 's/$/.sum/' | head -8 | paste -sd, -)
 echo "gmma metrics: ${gmma_metrics:-none}"
 for hd in ${HEADDIMS:-128 64}; do
   echo "===== ncu: bwd hd$hd"
