@@ -12,8 +12,8 @@
 // One thread then adds the whole dQ tile into dq_accum with a single bulk reduction (TMA engine),
 // overlapped with the next query block: per-element atomics from every thread kept L2 two-thirds
 // busy and stalled the warps that issued them (ncu, benchmarks/NOTES.md).
-// Shared memory uses the core-matrix layout of arch/sm90_wgmma.cuh; the next query block's Q, dO,
-// lse and dsum load (cp.async) during the current one.
+// Shared memory uses the core-matrix layout of arch/sm90_wgmma.cuh; the next kStages - 1 query
+// blocks' Q, dO, lse and dsum load (cp.async) during the current one.
 #pragma once
 
 #include "arch/sm90_bulk.cuh"
@@ -28,7 +28,7 @@
 
 namespace flash {
 
-template <int kHeadDim_, int kBlockM_, bool kExpUnderDprobs_ = true>
+template <int kHeadDim_, int kBlockM_, bool kExpUnderDprobs_ = true, int kStages_ = 2>
 struct BwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
   // Whether the exponentials wait only for S^T and run under the dP^T wgmmas. It keeps dP^T's
@@ -48,7 +48,9 @@ struct BwdSm90Config {
   using QTile = arch::CoreTile<kBlockM, kHeadDim>;   // Q, dO: rows queries
   using DsTile = arch::CoreTile<kBlockN, kBlockM>;   // dS^T: rows keys, columns queries
   static constexpr int kStageBytes = 2 * QTile::kBytes + 2 * kBlockM * 4;
-  static constexpr int kStages = 2;
+  // Query blocks in shared memory: the current one and kStages - 1 loading ahead of it.
+  static constexpr int kStages = kStages_;
+  static_assert(kStages >= 2, "at least one block loads ahead");
   static constexpr int kDqTileBytes = kBlockM * kHeadDim * 4;  // float32, the dq_accum tile layout
   static constexpr int kSmemBytes = 2 * KVTile::kBytes + DsTile::kBytes + kStages * kStageBytes + kDqTileBytes;
   // The epilogue stages dK and dV row-major (padded) in the space of K, V and dS^T.
@@ -198,8 +200,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
                                                                p.fwd.k.row_stride, rows_k, shape.headdim, tid);
   arch::load_core_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(sV, element_ptr<T>(p.fwd.v, batch, n0, head_k),
                                                                p.fwd.v.row_stride, rows_k, shape.headdim, tid);
-  load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base), p, batch, head, m_first * kBlockM, tid);
-  arch::cp_async_commit();
+  // One commit group per query block, empty past the last one, so that "all but the newest
+  // kStages - 2 groups" is always "up to the current block".
+#pragma unroll
+  for (int ahead = 0; ahead < Cfg::kStages - 1; ++ahead) {
+    if (m_first + ahead <= m_last)
+      load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + ahead * Cfg::kStageBytes), p, batch, head,
+                                    (m_first + ahead) * kBlockM, tid);
+    arch::cp_async_commit();
+  }
 
   float dk_acc[1][kHeadNT][4];  // this warp's 16 keys x head dim of dK
   float dv_acc[1][kHeadNT][4];
@@ -210,13 +219,16 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     const int m0 = m_block * kBlockM;
     const int stage_index = (m_block - m_first) % Cfg::kStages;
     const QueryStageSm90<Cfg> stage = QueryStageSm90<Cfg>::at(stage_base + stage_index * Cfg::kStageBytes);
-    arch::cp_async_wait<0>();
+    arch::cp_async_wait<Cfg::kStages - 2>();
     arch::fence_proxy_async();
     __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
     if (tid == 0 && m_block > m_first) reduce_dq_tile<Cfg>(p, sdQ, batch, head, m0 - kBlockM);
-    if (m_block < m_last) {
-      load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + (1 - stage_index) * Cfg::kStageBytes), p,
-                                    batch, head, m0 + kBlockM, tid);
+    {  // the stage of the previous block, which every warp is done with, loads block m + kStages - 1
+      const int next = m_block + Cfg::kStages - 1;
+      if (next <= m_last)
+        load_query_stage_sm90<T, Cfg>(
+            QueryStageSm90<Cfg>::at(stage_base + ((next - m_first) % Cfg::kStages) * Cfg::kStageBytes), p, batch,
+            head, next * kBlockM, tid);
       arch::cp_async_commit();
     }
 
