@@ -76,20 +76,18 @@ struct QueryStageSm90 {
   }
 };
 
-// Issued by the loading warpgroup only (loader_tid in [0, 128)).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void load_query_stage_sm90(const QueryStageSm90<Cfg>& stage, const BwdParams& p, int batch,
-                                                      int head, int m0, int loader_tid) {
+                                                      int head, int m0, int tid) {
   const AttentionShape& shape = p.fwd.shape;
   const int rows = min(Cfg::kBlockM, shape.seqlen_q - m0);
-  constexpr int kLoaders = arch::kWarpgroupThreads;
-  arch::load_core_tile_async<Cfg::kBlockM, Cfg::kHeadDim, kLoaders>(
-      stage.q, element_ptr<T>(p.fwd.q, batch, m0, head), p.fwd.q.row_stride, rows, shape.headdim, loader_tid);
-  arch::load_core_tile_async<Cfg::kBlockM, Cfg::kHeadDim, kLoaders>(
-      stage.dout, element_ptr<T>(p.dout, batch, m0, head), p.dout.row_stride, rows, shape.headdim, loader_tid);
+  arch::load_core_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
+      stage.q, element_ptr<T>(p.fwd.q, batch, m0, head), p.fwd.q.row_stride, rows, shape.headdim, tid);
+  arch::load_core_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
+      stage.dout, element_ptr<T>(p.dout, batch, m0, head), p.dout.row_stride, rows, shape.headdim, tid);
   const int64_t vector_offset = row_vector_offset(shape, batch, head, m0);
-  load_vector_async<Cfg::kBlockM, kLoaders>(stage.lse, p.fwd.lse + vector_offset, rows, loader_tid);
-  load_vector_async<Cfg::kBlockM, kLoaders>(stage.dsum, p.dsum + vector_offset, rows, loader_tid);
+  load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.lse, p.fwd.lse + vector_offset, rows, tid);
+  load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.dsum, p.dsum + vector_offset, rows, tid);
 }
 
 // Phase 1 for one warpgroup: issues S^T and dP^T of its 64 keys (from key0) against the query
@@ -198,25 +196,18 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     return;
   }
 
-  // Warpgroup 1 issues every cp.async; thread 0 (warpgroup 0) every bulk reduction. A thread's
-  // waits for either kind wait for both (one scoreboard in SASS), so kept apart, thread 0's wait
-  // for its dQ tile to be read never waits for the query blocks still loading.
-  const bool loader = warpgroup == 1;
-  const int loader_tid = tid - arch::kWarpgroupThreads;
-  if (loader) {
-    arch::load_core_tile_async<kBlockN, kHeadDim, arch::kWarpgroupThreads>(
-        sK, element_ptr<T>(p.fwd.k, batch, n0, head_k), p.fwd.k.row_stride, rows_k, shape.headdim, loader_tid);
-    arch::load_core_tile_async<kBlockN, kHeadDim, arch::kWarpgroupThreads>(
-        sV, element_ptr<T>(p.fwd.v, batch, n0, head_k), p.fwd.v.row_stride, rows_k, shape.headdim, loader_tid);
-    // One commit group per query block, empty past the last one, so that "all but the newest
-    // kStages - 2 groups" is always "up to the current block".
+  arch::load_core_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(sK, element_ptr<T>(p.fwd.k, batch, n0, head_k),
+                                                               p.fwd.k.row_stride, rows_k, shape.headdim, tid);
+  arch::load_core_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(sV, element_ptr<T>(p.fwd.v, batch, n0, head_k),
+                                                               p.fwd.v.row_stride, rows_k, shape.headdim, tid);
+  // One commit group per query block, empty past the last one, so that "all but the newest
+  // kStages - 2 groups" is always "up to the current block".
 #pragma unroll
-    for (int ahead = 0; ahead < Cfg::kStages - 1; ++ahead) {
-      if (m_first + ahead <= m_last)
-        load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + ahead * Cfg::kStageBytes), p, batch, head,
-                                      (m_first + ahead) * kBlockM, loader_tid);
-      arch::cp_async_commit();
-    }
+  for (int ahead = 0; ahead < Cfg::kStages - 1; ++ahead) {
+    if (m_first + ahead <= m_last)
+      load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + ahead * Cfg::kStageBytes), p, batch, head,
+                                    (m_first + ahead) * kBlockM, tid);
+    arch::cp_async_commit();
   }
 
   float dk_acc[1][kHeadNT][4];  // this warp's 16 keys x head dim of dK
@@ -228,18 +219,16 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     const int m0 = m_block * kBlockM;
     const int stage_index = (m_block - m_first) % Cfg::kStages;
     const QueryStageSm90<Cfg> stage = QueryStageSm90<Cfg>::at(stage_base + stage_index * Cfg::kStageBytes);
-    if (loader) {
-      arch::cp_async_wait<Cfg::kStages - 2>();
-      arch::fence_proxy_async();
-    }
+    arch::cp_async_wait<Cfg::kStages - 2>();
+    arch::fence_proxy_async();
     __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
     if (tid == 0 && m_block > m_first) reduce_dq_tile<Cfg>(p, sdQ, batch, head, m0 - kBlockM);
-    if (loader) {  // the stage of the previous block, which every warp is done with, loads block m + kStages - 1
+    {  // the stage of the previous block, which every warp is done with, loads block m + kStages - 1
       const int next = m_block + Cfg::kStages - 1;
       if (next <= m_last)
         load_query_stage_sm90<T, Cfg>(
             QueryStageSm90<Cfg>::at(stage_base + ((next - m_first) % Cfg::kStages) * Cfg::kStageBytes), p, batch,
-            head, next * kBlockM, loader_tid);
+            head, next * kBlockM, tid);
       arch::cp_async_commit();
     }
 
