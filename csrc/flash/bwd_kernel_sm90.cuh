@@ -5,8 +5,7 @@
 //      P^T = exp(scale * S^T - lse), dS^T = P^T * (dP^T - dsum) * scale, in registers
 //   2. dV += P^T.dO, dK += dS^T.Q        (64 keys x hd; A = P^T / dS^T straight from registers,
 //                                         which is what the sm80 kernel cannot do with its grids)
-//      issued so that the next block's loads run under the S^T / dP^T wgmmas, the exponentials
-//      under the dP^T ones and dS^T under the dV ones
+//      issued so that the exponentials run under the dP^T wgmmas and dS^T under the dV ones
 //   3. its half of dQ = dS.K             (kBlockM x hd split in two, by head dim or, with 128-query
 //                                         steps, by query; dS^T of both warpgroups through shared
 //                                         memory), written to a shared copy of the dq_accum tile
@@ -220,12 +219,6 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     arch::cp_async_wait<Cfg::kStages - 2>();
     arch::fence_proxy_async();
     __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
-
-    // Phases 1 and 2 overlapped: the next loads issue under the S^T and dP^T wgmmas, exp(S^T) runs
-    // under the dP^T ones and dS^T under the dV ones.
-    float scores_t[1][kScoreNT][4];  // S^T, then P^T: this warp's 16 keys x kBlockM queries
-    float dprobs_t[1][kScoreNT][4];  // dP^T, then dS^T
-    issue_scores_and_dprobs_sm90<T, Cfg>(scores_t, dprobs_t, sK, sV, stage, group_key0);
     if (tid == 0 && m_block > m_first) reduce_dq_tile<Cfg>(p, sdQ, batch, head, m0 - kBlockM);
     {  // the stage of the previous block, which every warp is done with, loads block m + kStages - 1
       const int next = m_block + Cfg::kStages - 1;
@@ -235,6 +228,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
             head, next * kBlockM, tid);
       arch::cp_async_commit();
     }
+
+    // Phases 1 and 2 overlapped: exp(S^T) runs under the dP^T wgmmas and dS^T under the dV ones.
+    // (Issuing the loads above after the S^T / dP^T wgmmas instead measured 4-7% slower: more
+    // registers live across them, benchmarks/NOTES.md.)
+    float scores_t[1][kScoreNT][4];  // S^T, then P^T: this warp's 16 keys x kBlockM queries
+    float dprobs_t[1][kScoreNT][4];  // dP^T, then dS^T
+    issue_scores_and_dprobs_sm90<T, Cfg>(scores_t, dprobs_t, sK, sV, stage, group_key0);
     arch::wgmma_wait<1>();  // S^T is done; dP^T may still run
     arch::wgmma_fence_operand(scores_t[0]);
     if (!mask.block_fully_visible(m0, kBlockM, n0, kBlockN))
