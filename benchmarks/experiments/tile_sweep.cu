@@ -209,15 +209,16 @@ int main(int argc, char** argv) {
           BWD(true, BwdConfig<64, 128, 128, 8, 4, 4, 4>);
           BWD(false, BwdConfig<64, 128, 128, 8, 4, 4, 2>);
           BWD(false, BwdConfig<64, 128, 64, 8, 4, 4, 4>);
-          BWD90(false, BwdSm90Config<64, 64, 2>);
-          BWD90(false, BwdSm90Config<64, 64, 3>);
+          BWD90(false, BwdSm90Config<64, 64, 3, 2>);
+          BWD90(false, BwdSm90Config<64, 64, 3, 1>);
+          BWD90(false, BwdSm90Config<64, 64, 2, 1>);
         } else {
           FWD(true, FwdConfig<128, 128, 64, 4>);
           BWD(true, BwdConfig<128, 64, 128, 8, 4, 4, 2>);
           BWD(false, BwdConfig<128, 64, 128, 8, 4, 2, 2>);
           BWD(false, BwdConfig<128, 128, 128, 8, 4, 4, 4>);
-          BWD90(false, BwdSm90Config<128, 64, 2>);
-          BWD90(false, BwdSm90Config<128, 64, 3>);
+          BWD90(false, BwdSm90Config<128, 64, 3, 2>);
+          BWD90(false, BwdSm90Config<128, 64, 3, 1>);
         }
         release(b);
       }

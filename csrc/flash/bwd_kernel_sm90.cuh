@@ -1,14 +1,15 @@
 // Backward by recomputation on Hopper (sm_90a), with warpgroup MMAs (wgmma). Same algorithm and
-// arguments as bwd_kernel.cuh; one CTA per (block of 128 keys, head, batch), two warpgroups, each
-// owning 64 of the keys. Per block of kBlockM queries, each warpgroup:
+// arguments as bwd_kernel.cuh; one CTA per (block of 64 or 128 keys, head, batch), one or two
+// warpgroups, each owning 64 of the keys. Per block of kBlockM queries, each warpgroup:
 //   1. S^T = K.Q^T, dP^T = V.dO^T        (64 keys x kBlockM, A and B from shared memory)
 //      P^T = exp(scale * S^T - lse), dS^T = P^T * (dP^T - dsum) * scale, in registers
 //   2. dV += P^T.dO, dK += dS^T.Q        (64 keys x hd; A = P^T / dS^T straight from registers,
 //                                         which is what the sm80 kernel cannot do with its grids)
 //      issued so that the exponentials run under the dP^T wgmmas and dS^T under the dV ones
-//   3. its half of dQ = dS.K             (kBlockM x hd split in two, by head dim or, with 128-query
-//                                         steps, by query; dS^T of both warpgroups through shared
-//                                         memory), written to a shared copy of the dq_accum tile
+//   3. its part of dQ = dS.K             (kBlockM x hd, split between two warpgroups by head dim
+//                                         or, with 128-query steps, by query; dS^T of all
+//                                         warpgroups through shared memory), written to a shared
+//                                         copy of the dq_accum tile
 // One thread then adds the whole dQ tile into dq_accum with a single bulk reduction (TMA engine),
 // overlapped with the next query block: per-element atomics from every thread kept L2 two-thirds
 // busy and stalled the warps that issued them (ncu, benchmarks/NOTES.md).
@@ -28,19 +29,21 @@
 
 namespace flash {
 
-template <int kHeadDim_, int kBlockM_, int kStages_>
+template <int kHeadDim_, int kBlockM_, int kStages_, int kWarpgroups_>
 struct BwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;  // queries per step: the N of the S^T wgmma
-  static constexpr int kBlockN = 128;       // keys per CTA
-  static constexpr int kWarpgroups = 2;     // each owns kBlockN / 2 = 64 keys: the M of the other wgmmas
+  // Each warpgroup owns 64 keys (the M of the other wgmmas). With one, a CTA is small enough that
+  // two share an SM and interleave their phases; with two, dQ atomics and Q/dO loads per key halve.
+  static constexpr int kWarpgroups = kWarpgroups_;
+  static constexpr int kBlockN = 64 * kWarpgroups;  // keys per CTA
   static constexpr int kThreads = kWarpgroups * arch::kWarpgroupThreads;
-  // dQ (kBlockM x kHeadDim) is split between the warpgroups into two m64 wgmma tiles: by head dim
-  // for 64-query steps, by query for 128-query steps.
-  static constexpr bool kDqSplitByQuery = kBlockM == 128;
+  // dQ (kBlockM x kHeadDim) is m64 wgmma tiles: one warpgroup takes all of it (64 queries); two
+  // split it by head dim for 64-query steps, by query for 128-query steps.
+  static constexpr bool kDqSplitByQuery = kWarpgroups == 2 && kBlockM == 128;
   static constexpr int kDqCols = kDqSplitByQuery ? kHeadDim : kHeadDim / kWarpgroups;
-  static_assert(kBlockM == 64 || kBlockM == 128, "one m64 dQ wgmma per warpgroup");
-  static_assert(kBlockN == 64 * kWarpgroups, "64 keys per warpgroup");
+  static_assert(kBlockM == 64 * (kDqSplitByQuery ? 2 : 1), "one m64 dQ wgmma per warpgroup");
+  static_assert(kWarpgroups == 1 || kWarpgroups == 2, "one or two warpgroups");
   using KVTile = arch::CoreTile<kBlockN, kHeadDim>;  // K, V: rows keys
   using QTile = arch::CoreTile<kBlockM, kHeadDim>;   // Q, dO: rows queries
   using DsTile = arch::CoreTile<kBlockN, kBlockM>;   // dS^T: rows keys, columns queries
@@ -253,7 +256,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     arch::accumulators_to_a_fragments<T>(dscores_a, dprobs_t);
     issue_kv_gradient_sm90<T, Cfg>(dk_acc, dscores_a, stage.q);  // dK += dS^T.Q
 
-    // Phase 3: dQ (kBlockM x this warpgroup's half of the head dim) = dS.K over all 128 keys.
+    // Phase 3: this warpgroup's part of dQ (kBlockM x kHeadDim) = dS.K over all kBlockN keys.
     if (tid == 0) arch::bulk_wait_source_read<0>();
     __syncthreads();  // dS^T of both warpgroups is in shared memory; sdQ has been read out
     const int dq_row0 = Cfg::kDqSplitByQuery ? warpgroup * 64 : 0;
