@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
           BWD(false, BwdConfig<64, 128, 64, 8, 4, 4, 4>);
           BWD90(false, BwdSm90Config<64, 64, 3, 2>);
           BWD90(false, BwdSm90Config<64, 64, 3, 1>);
-          BWD90(false, BwdSm90Config<64, 64, 2, 1>);
+          BWD90(false, BwdSm90Config<64, 128, 3, 2>);
         } else {
           FWD(true, FwdConfig<128, 128, 64, 4>);
           BWD(true, BwdConfig<128, 64, 128, 8, 4, 4, 2>);

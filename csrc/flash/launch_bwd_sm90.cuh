@@ -11,14 +11,14 @@ namespace flash {
 
 // Head dims with a wgmma backward; the others run the sm80 kernel on Hopper too. 64-query steps:
 // the dQ wgmma is m64, and S^T / dP^T (64 keys x 64 queries per warpgroup) stay at 32 registers
-// each next to the 2 x hd/2 dK and dV accumulators. Three query stages measured 0.5% ahead of two
-// (sweep, benchmarks/NOTES.md). hd 64 runs one warpgroup per CTA (two CTAs per SM, 213 registers);
-// at hd 128 a lone warpgroup would hold all of dQ (64 more registers) on top of 255.
+// each next to the 2 x hd/2 dK and dV accumulators. Measured on H200 (sweep, benchmarks/NOTES.md):
+// three query stages 0.5% ahead of two; two warpgroups per CTA 32% ahead of one at hd 64 (one
+// warpgroup, two CTAs per SM); 128-query steps at hd 64 1% behind (they spill).
 template <int kHeadDim>
 struct BwdSm90Tile {
   static constexpr bool kAvailable = false;
 };
-template <> struct BwdSm90Tile<64> { static constexpr bool kAvailable = true; using type = BwdSm90Config<64, 64, 3, 1>; };
+template <> struct BwdSm90Tile<64> { static constexpr bool kAvailable = true; using type = BwdSm90Config<64, 64, 3, 2>; };
 template <> struct BwdSm90Tile<128> { static constexpr bool kAvailable = true; using type = BwdSm90Config<128, 64, 3, 2>; };
 
 // True on a compute-capability 9.0 device when the kernel's loaded image was built for sm_90a
