@@ -10,6 +10,7 @@
 
 #include "arch/arch.cuh"
 #include "bwd_fragments.cuh"
+#include "bwd_key_block.cuh"
 #include "common.cuh"
 #include "fragment_mask.cuh"
 #include "mask.cuh"
@@ -138,26 +139,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
   const AttentionShape& shape = p.fwd.shape;
-  const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  const int head_k = head / (shape.heads / shape.heads_k);
-  const int n0 = n_block * kBlockN;
-  const int rows_k = min(kBlockN, shape.seqlen_k - n0);
-  const AttentionMask mask{shape.seqlen_q, shape.seqlen_k, p.fwd.causal};
-  const int m_first = mask.first_query(n0) / kBlockM;
-  const int m_last = ceil_div(shape.seqlen_q, kBlockM) - 1;
+  const auto kb = BwdKeyBlock<kBlockM, kBlockN>::current(p);
+  const int batch = kb.batch, head = kb.head, n0 = kb.n0, m_first = kb.m_first, m_last = kb.m_last;
+  const AttentionMask& mask = kb.mask;
+  if (kb.template zero_gradients_if_unseen<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
 
-  T* dk = element_ptr<T>(p.dk, batch, n0, head);
-  T* dv = element_ptr<T>(p.dv, batch, n0, head);
-  if (m_first > m_last) {  // no query sees these keys
-    zero_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(dk, p.dk.row_stride, rows_k, shape.headdim, tid);
-    zero_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(dv, p.dv.row_stride, rows_k, shape.headdim, tid);
-    return;
-  }
-
-  load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sK, element_ptr<T>(p.fwd.k, batch, n0, head_k),
-                                                         p.fwd.k.row_stride, rows_k, shape.headdim, tid);
-  load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sV, element_ptr<T>(p.fwd.v, batch, n0, head_k),
-                                                         p.fwd.v.row_stride, rows_k, shape.headdim, tid);
+  load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sK, element_ptr<T>(p.fwd.k, batch, n0, kb.head_k),
+                                                         p.fwd.k.row_stride, kb.rows_k, shape.headdim, tid);
+  load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sV, element_ptr<T>(p.fwd.v, batch, n0, kb.head_k),
+                                                         p.fwd.v.row_stride, kb.rows_k, shape.headdim, tid);
   load_query_stage_async(QueryStage<T, Cfg>::at(stage_base), p, batch, head, m_first * kBlockM, tid);
   arch::cp_async_commit();
 
@@ -201,8 +191,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
   arch::store_accumulators<KVGrid::kMT, KVGrid::kNT, T>(sK, Cfg::kStride, kv_key0, kv_dim0, dk_acc, lane);
   arch::store_accumulators<KVGrid::kMT, KVGrid::kNT, T>(sV, Cfg::kStride, kv_key0, kv_dim0, dv_acc, lane);
   __syncthreads();
-  store_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(dk, p.dk.row_stride, sK, rows_k, shape.headdim, tid);
-  store_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(dv, p.dv.row_stride, sV, rows_k, shape.headdim, tid);
+  store_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(kb.template rows_of<T>(p.dk), p.dk.row_stride, sK, kb.rows_k,
+                                                    shape.headdim, tid);
+  store_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(kb.template rows_of<T>(p.dv), p.dv.row_stride, sV, kb.rows_k,
+                                                    shape.headdim, tid);
 }
 
 }  // namespace flash

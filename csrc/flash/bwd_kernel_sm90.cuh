@@ -20,6 +20,7 @@
 #include "arch/sm90_bulk.cuh"
 #include "arch/sm90_wgmma.cuh"
 #include "bwd_fragments.cuh"
+#include "bwd_key_block.cuh"
 #include "common.cuh"
 #include "dq_accum.cuh"
 #include "fragment_mask.cuh"
@@ -180,26 +181,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   const int group_key0 = warpgroup * 64;                  // this warpgroup's keys in the block
   const int warp_key0 = group_key0 + warp_in_group * 16;  // this warp's accumulator rows
   const AttentionShape& shape = p.fwd.shape;
-  const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  const int head_k = head / (shape.heads / shape.heads_k);
-  const int n0 = n_block * kBlockN;
-  const int rows_k = min(kBlockN, shape.seqlen_k - n0);
-  const AttentionMask mask{shape.seqlen_q, shape.seqlen_k, p.fwd.causal};
-  const int m_first = mask.first_query(n0) / kBlockM;
-  const int m_last = ceil_div(shape.seqlen_q, kBlockM) - 1;
+  const auto kb = BwdKeyBlock<kBlockM, kBlockN>::current(p);
+  const int batch = kb.batch, head = kb.head, n0 = kb.n0, m_first = kb.m_first, m_last = kb.m_last;
+  const AttentionMask& mask = kb.mask;
+  if (kb.template zero_gradients_if_unseen<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
 
-  T* dk = element_ptr<T>(p.dk, batch, n0, head);
-  T* dv = element_ptr<T>(p.dv, batch, n0, head);
-  if (m_first > m_last) {  // no query sees these keys
-    zero_tile<kBlockN, kHeadDim, Cfg::kThreads>(dk, p.dk.row_stride, rows_k, shape.headdim, tid);
-    zero_tile<kBlockN, kHeadDim, Cfg::kThreads>(dv, p.dv.row_stride, rows_k, shape.headdim, tid);
-    return;
-  }
-
-  arch::load_core_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(sK, element_ptr<T>(p.fwd.k, batch, n0, head_k),
-                                                               p.fwd.k.row_stride, rows_k, shape.headdim, tid);
-  arch::load_core_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(sV, element_ptr<T>(p.fwd.v, batch, n0, head_k),
-                                                               p.fwd.v.row_stride, rows_k, shape.headdim, tid);
+  arch::load_core_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(sK, element_ptr<T>(p.fwd.k, batch, n0, kb.head_k),
+                                                               p.fwd.k.row_stride, kb.rows_k, shape.headdim, tid);
+  arch::load_core_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(sV, element_ptr<T>(p.fwd.v, batch, n0, kb.head_k),
+                                                               p.fwd.v.row_stride, kb.rows_k, shape.headdim, tid);
   // One commit group per query block, empty past the last one, so that "all but the newest
   // kStages - 2 groups" is always "up to the current block".
 #pragma unroll
@@ -289,8 +279,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   arch::store_accumulators<1, kHeadNT, T>(sdK, Cfg::kEpilogueStride, warp_key0, 0, dk_acc, lane);
   arch::store_accumulators<1, kHeadNT, T>(sdV, Cfg::kEpilogueStride, warp_key0, 0, dv_acc, lane);
   __syncthreads();
-  store_tile<kBlockN, kHeadDim, Cfg::kThreads>(dk, p.dk.row_stride, sdK, rows_k, shape.headdim, tid);
-  store_tile<kBlockN, kHeadDim, Cfg::kThreads>(dv, p.dv.row_stride, sdV, rows_k, shape.headdim, tid);
+  store_tile<kBlockN, kHeadDim, Cfg::kThreads>(kb.template rows_of<T>(p.dk), p.dk.row_stride, sdK, kb.rows_k,
+                                               shape.headdim, tid);
+  store_tile<kBlockN, kHeadDim, Cfg::kThreads>(kb.template rows_of<T>(p.dv), p.dv.row_stride, sdV, kb.rows_k,
+                                               shape.headdim, tid);
 #else
   __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
 #endif
