@@ -42,8 +42,8 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const BwdParams p) {
   const int row = static_cast<int>(row_id % shape.seqlen_q);
   const int head = static_cast<int>((row_id / shape.seqlen_q) % shape.heads);
   const int batch = static_cast<int>(row_id / (static_cast<int64_t>(shape.seqlen_q) * shape.heads));
-  const float4 v = *reinterpret_cast<const float4*>(p.dq_accum + DqAccum<kHeadDim>::row_offset(shape, batch, head, row) +
-                                                    DqAccum<kHeadDim>::col_offset(row, 4 * unit));
+  const float* dq_row = p.dq_accum + DqAccum<kHeadDim>::row_offset(shape, batch, head, row);
+  const float4 v = *reinterpret_cast<const float4*>(dq_row + DqAccum<kHeadDim>::col_offset(row, 4 * unit));
   uint2 packed;
   packed.x = arch::pack_pair<T>(v.x, v.y);
   packed.y = arch::pack_pair<T>(v.z, v.w);

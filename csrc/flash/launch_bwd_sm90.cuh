@@ -18,8 +18,16 @@ template <int kHeadDim>
 struct BwdSm90Tile {
   static constexpr bool kAvailable = false;
 };
-template <> struct BwdSm90Tile<64> { static constexpr bool kAvailable = true; using type = BwdSm90Config<64, 64, 3, 2>; };
-template <> struct BwdSm90Tile<128> { static constexpr bool kAvailable = true; using type = BwdSm90Config<128, 64, 3, 2>; };
+template <>
+struct BwdSm90Tile<64> {
+  static constexpr bool kAvailable = true;
+  using type = BwdSm90Config<64, 64, 3, 2>;
+};
+template <>
+struct BwdSm90Tile<128> {
+  static constexpr bool kAvailable = true;
+  using type = BwdSm90Config<128, 64, 3, 2>;
+};
 
 // True on a compute-capability 9.0 device when the kernel's loaded image was built for sm_90a
 // (not JIT-compiled from older PTX), unless FLASH_ATTN_DISABLE_SM90=1 asks for the sm80 kernel.
