@@ -153,6 +153,16 @@ void sweep_fwd(const char* name, const Problem& pb, const Buffers& b, bool first
   report("fwd", name, pb, ms, pb.fwd_flops(), max_abs_diff(out, reference_out));
 }
 
+// Times `launch` (backward preprocess + one backward kernel), checks dk against the first variant.
+template <typename Launch>
+void time_and_check_bwd(const char* name, const Problem& pb, const Buffers& b, bool first, Launch launch) {
+  const float ms = median_ms(launch);
+  const int64_t n = (int64_t)pb.batch * pb.seqlen * pb.heads * pb.headdim;
+  auto dk = download(b.dk, n, false);
+  if (first) reference_dk = dk;
+  report("bwd", name, pb, ms, 2.5 * pb.fwd_flops(), max_abs_diff(dk, reference_dk));
+}
+
 template <typename Cfg>
 void sweep_bwd(const char* name, const Problem& pb, const Buffers& b, bool first) {
   const flash::BwdParams p = make_params(pb, b);
@@ -163,31 +173,23 @@ void sweep_bwd(const char* name, const Problem& pb, const Buffers& b, bool first
   const int smem = Cfg::smem_bytes(stages);
   CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(flash::ceil_div(pb.seqlen, Cfg::kBlockN), pb.heads, pb.batch);
-  const float ms = median_ms([&] {
+  time_and_check_bwd(name, pb, b, first, [&] {
     flash::run_bwd_preprocess<T, Cfg::kHeadDim>(p, 0);
     kernel<<<grid, Cfg::kThreads, smem>>>(p, stages);
   });
-  const int64_t n = (int64_t)pb.batch * pb.seqlen * pb.heads * pb.headdim;
-  auto dk = download(b.dk, n, false);
-  if (first) reference_dk = dk;
-  report("bwd", name, pb, ms, 2.5 * pb.fwd_flops(), max_abs_diff(dk, reference_dk));
 }
 
-// The Hopper backward (launch_bwd_sm90.cuh), same timing and check; needs the sm_90a build.
+// The Hopper backward (launch_bwd_sm90.cuh); needs the sm_90a build.
 template <typename Cfg>
 void sweep_bwd_sm90(const char* name, const Problem& pb, const Buffers& b, bool first) {
   const flash::BwdParams p = make_params(pb, b);
   auto kernel = flash::bwd_kernel_sm90<T, Cfg>;
   CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid(flash::ceil_div(pb.seqlen, Cfg::kBlockN), pb.heads, pb.batch);
-  const float ms = median_ms([&] {
+  time_and_check_bwd(name, pb, b, first, [&] {
     flash::run_bwd_preprocess<T, Cfg::kHeadDim>(p, 0);
     kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p);
   });
-  const int64_t n = (int64_t)pb.batch * pb.seqlen * pb.heads * pb.headdim;
-  auto dk = download(b.dk, n, false);
-  if (first) reference_dk = dk;
-  report("bwd", name, pb, ms, 2.5 * pb.fwd_flops(), max_abs_diff(dk, reference_dk));
 }
 
 #define FWD(first, ...) sweep_fwd<flash::__VA_ARGS__>(#__VA_ARGS__, pb, b, first)
