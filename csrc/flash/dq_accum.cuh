@@ -4,8 +4,8 @@
 // the rows of one query block of one head form one contiguous tile: the sm90 kernel adds a whole
 // tile with one bulk reduction from a shared-memory copy. Within a row, the 16-byte units (4
 // floats) are XOR-swizzled by row % 8 (unit v stored at v ^ (row % 8)): every row of such a tile
-// starts at the same bank, and the swizzle spreads a warp's fragment stores (8 rows x 32 bytes)
-// over all banks, 2 wavefronts instead of 8. kHeadDim is a multiple of 32, so the swizzle stays
+// starts at the same bank, and by the bank arithmetic the swizzle spreads a warp's fragment
+// stores (8 rows x 32 bytes) over all banks, 2 wavefronts instead of 8 (not isolated in a profile). kHeadDim is a multiple of 32, so the swizzle stays
 // inside the row.
 #pragma once
 

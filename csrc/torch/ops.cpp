@@ -227,15 +227,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(const at::Tensor& dout_in
   auto dk_slices = expand_kv ? at::empty({batch, seqlen_k, heads, headdim}, kv_options) : at::empty(k.sizes(), kv_options);
   auto dv_slices = expand_kv ? at::empty({batch, seqlen_k, heads, headdim}, kv_options) : at::empty(v.sizes(), kv_options);
   auto dq = at::empty(q.sizes(), q.options());
-  auto dq_accum =
-      at::empty({flash::dq_accum_elements(batch, heads, seqlen_q, kernel_hd)}, q.options().dtype(at::kFloat));
-  auto dsum = at::empty({batch, heads, seqlen_q}, q.options().dtype(at::kFloat));
   poison({dq, dk_slices, dv_slices});
   if (seqlen_q == 0 || seqlen_k == 0) {  // no query, or no key to attend to: every gradient is zero
     dq.zero_();
     dk_slices.zero_();
     dv_slices.zero_();
   } else if (q.numel() > 0) {
+    const auto dq_accum =
+        at::empty({flash::dq_accum_elements(batch, heads, seqlen_q, kernel_hd)}, q.options().dtype(at::kFloat));
+    const auto dsum = at::empty({batch, heads, seqlen_q}, q.options().dtype(at::kFloat));
     flash::BwdParams p{};
     p.fwd = fwd_params(q, k, v, out, lse, softmax_scale, causal);
     p.dout = strided(dout);
