@@ -1,7 +1,8 @@
-"""The Hopper (sm_90a) backward: its arch layer on its own, which kernel runs, and the sm80 kernel
-that A100-class GPUs run for the same head dims, forced on Hopper with FLASH_ATTN_DISABLE_SM90=1.
-The sm90 kernel itself is checked against the reference by test_gpu_attention.py, which on an
-H100/H200 runs it for every head dim up to 128 that it serves (64 and 128, and those padded to them).
+"""The Hopper (sm_90a) forward and backward: their arch layer on its own, which kernels run, and the
+sm80 kernels that A100-class GPUs run for the same head dims, forced on Hopper with
+FLASH_ATTN_DISABLE_SM90=1. The sm90 kernels themselves are checked against the reference by
+test_gpu_attention.py, which on an H100/H200 runs them for every head dim they serve (64 and 128,
+and those padded to them).
 """
 
 import os
@@ -42,24 +43,28 @@ def test_wgmma_operand_layouts(tmp_path):
     assert result.returncode == 0 and "ALL OK" in result.stdout, result.stdout + result.stderr
 
 
-def _backward_kernel_names(headdim):
+def _kernel_names(headdim):
+    """Names of the forward and backward kernels that one forward + backward launches."""
     q, k, v = (torch.randn(1, 300, 2, headdim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         flash_attn.flash_attn_func(q, k, v).sum().backward()
         torch.cuda.synchronize()
-    return [event.name for event in prof.events() if "bwd_kernel" in event.name]
+    names = [event.name for event in prof.events()]
+    return [n for n in names if "fwd_kernel" in n], [n for n in names if "bwd_kernel" in n]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("headdim", [64, 128])
-def test_hopper_runs_the_wgmma_backward(monkeypatch, headdim):
+def test_hopper_runs_the_wgmma_kernels(monkeypatch, headdim):
     require_kernel(torch.bfloat16, headdim)
-    names = _backward_kernel_names(headdim)
-    assert any("bwd_kernel_sm90" in name for name in names), names
+    forward, backward = _kernel_names(headdim)
+    assert forward and all("fwd_kernel_sm90" in name for name in forward), forward
+    assert backward and all("bwd_kernel_sm90" in name for name in backward), backward
     monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
-    names = _backward_kernel_names(headdim)
-    assert names and not any("bwd_kernel_sm90" in name for name in names), names
+    forward, backward = _kernel_names(headdim)
+    assert forward and not any("sm90" in name for name in forward), forward
+    assert backward and not any("sm90" in name for name in backward), backward
 
 
 SM80_CASES = [(64, 239, 300, 4, 4, False), (64, 1023, 1024, 4, 2, True), (128, 113, 203, 4, 1, True),
@@ -68,8 +73,8 @@ SM80_CASES = [(64, 239, 300, 4, 4, False), (64, 1023, 1024, 4, 2, True), (128, 1
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("headdim,seqlen_q,seqlen_k,nheads,nheads_k,causal", SM80_CASES)
-def test_sm80_backward_on_any_gpu(monkeypatch, dtype, headdim, seqlen_q, seqlen_k, nheads, nheads_k, causal):
-    """The backward A100-class GPUs run for head dims 64 and 128 (on Hopper the wgmma one runs)."""
+def test_sm80_kernels_on_any_gpu(monkeypatch, dtype, headdim, seqlen_q, seqlen_k, nheads, nheads_k, causal):
+    """The forward and backward A100-class GPUs run for head dims 64 and 128 (on Hopper the wgmma ones run)."""
     require_kernel(dtype, headdim)
     monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
     check_flash_attn(2, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, causal, "cuda")

@@ -140,10 +140,11 @@ void report(const char* pass, const char* name, const Problem& pb, float ms, dou
               pb.seqlen, pb.causal ? "causal" : "full", name, ms, flops / ms / 1e9, diff);
 }
 
-template <typename Cfg>
-void sweep_fwd(const char* name, const Problem& pb, const Buffers& b, bool first) {
+// Times one forward kernel (fwd_kernel or, with the sm_90a build, fwd_kernel_sm90), checks out
+// against the first variant.
+template <typename Cfg, typename Kernel>
+void time_and_check_fwd(const char* name, const Problem& pb, const Buffers& b, bool first, Kernel kernel) {
   const flash::BwdParams p = make_params(pb, b);
-  auto kernel = flash::fwd_kernel<T, Cfg>;
   CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid(flash::ceil_div(pb.seqlen, Cfg::kBlockM), pb.heads, pb.batch);
   const float ms = median_ms([&] { kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p.fwd); });
@@ -151,6 +152,16 @@ void sweep_fwd(const char* name, const Problem& pb, const Buffers& b, bool first
   auto out = download(b.out, n, false);
   if (first) reference_out = out;
   report("fwd", name, pb, ms, pb.fwd_flops(), max_abs_diff(out, reference_out));
+}
+
+template <typename Cfg>
+void sweep_fwd(const char* name, const Problem& pb, const Buffers& b, bool first) {
+  time_and_check_fwd<Cfg>(name, pb, b, first, flash::fwd_kernel<T, Cfg>);
+}
+
+template <typename Cfg>
+void sweep_fwd_sm90(const char* name, const Problem& pb, const Buffers& b, bool first) {
+  time_and_check_fwd<Cfg>(name, pb, b, first, flash::fwd_kernel_sm90<T, Cfg>);
 }
 
 // Times `launch` (backward preprocess + one backward kernel), checks dk against the first variant.
@@ -193,6 +204,7 @@ void sweep_bwd_sm90(const char* name, const Problem& pb, const Buffers& b, bool 
 }
 
 #define FWD(first, ...) sweep_fwd<flash::__VA_ARGS__>(#__VA_ARGS__, pb, b, first)
+#define FWD90(first, ...) sweep_fwd_sm90<flash::__VA_ARGS__>(#__VA_ARGS__, pb, b, first)
 #define BWD(first, ...) sweep_bwd<flash::__VA_ARGS__>(#__VA_ARGS__, pb, b, first)
 #define BWD90(first, ...) sweep_bwd_sm90<flash::__VA_ARGS__>(#__VA_ARGS__, pb, b, first)
 
@@ -208,6 +220,9 @@ int main(int argc, char** argv) {
         if (headdim == 64) {
           FWD(true, FwdConfig<64, 128, 128, 4>);
           FWD(false, FwdConfig<64, 128, 64, 4>);
+          FWD90(false, FwdSm90Config<64, 128, 2>);
+          FWD90(false, FwdSm90Config<64, 128, 3>);
+          FWD90(false, FwdSm90Config<64, 64, 2>);
           BWD(true, BwdConfig<64, 128, 128, 8, 4, 4, 4>);
           BWD(false, BwdConfig<64, 128, 128, 8, 4, 4, 2>);
           BWD(false, BwdConfig<64, 128, 64, 8, 4, 4, 4>);
@@ -216,6 +231,8 @@ int main(int argc, char** argv) {
           BWD90(false, BwdSm90Config<64, 128, 3, 2>);
         } else {
           FWD(true, FwdConfig<128, 128, 64, 4>);
+          FWD90(false, FwdSm90Config<128, 128, 2>);
+          FWD90(false, FwdSm90Config<128, 64, 2>);
           BWD(true, BwdConfig<128, 64, 128, 8, 4, 4, 2>);
           BWD(false, BwdConfig<128, 64, 128, 8, 4, 2, 2>);
           BWD(false, BwdConfig<128, 128, 128, 8, 4, 4, 4>);

@@ -1,12 +1,9 @@
-// Hopper backward launch: which head dims have a wgmma kernel, and whether this device and this
-// binary can run it.
+// Hopper backward launch: which head dims have a wgmma kernel, with which tile, and its launch
+// where launch_sm90.cuh says it can run.
 #pragma once
 
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
-
 #include "bwd_kernel_sm90.cuh"
+#include "launch_sm90.cuh"
 
 namespace flash {
 
@@ -29,41 +26,6 @@ struct BwdSm90Tile<128> {
   static constexpr bool kAvailable = true;
   using type = BwdSm90Config<128, 64, 3, 2>;
 };
-
-// True on a compute-capability 9.0 device when the kernel's loaded image was built for sm_90a
-// (not JIT-compiled from older PTX). The image of a kernel does not change within a process, so
-// the answer is kept per device (0 unknown, 1 yes, 2 no) and the CUDA queries run once.
-template <typename Kernel>
-cudaError_t loaded_image_is_sm90a(Kernel kernel, int device, bool& result) {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> known[kCachedDevices];
-  if (device < kCachedDevices && known[device] != 0) {
-    result = known[device] == 1;
-    return cudaSuccess;
-  }
-  result = false;
-  int major = 0;
-  cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err != cudaSuccess) return err;
-  if (major == 9) {
-    cudaFuncAttributes attributes;
-    err = cudaFuncGetAttributes(&attributes, kernel);
-    if (err != cudaSuccess) return err;
-    result = attributes.binaryVersion == 90 && attributes.ptxVersion == 90;
-  }
-  if (device < kCachedDevices) known[device] = result ? 1 : 2;
-  return cudaSuccess;
-}
-
-// The sm90 kernel can run, unless FLASH_ATTN_DISABLE_SM90=1 asks for the sm80 one (read per call:
-// the tests switch it).
-template <typename Kernel>
-cudaError_t can_run_sm90(Kernel kernel, int device, bool& result) {
-  result = false;
-  const char* disabled = std::getenv("FLASH_ATTN_DISABLE_SM90");
-  if (disabled != nullptr && std::strcmp(disabled, "1") == 0) return cudaSuccess;
-  return loaded_image_is_sm90a(kernel, device, result);
-}
 
 // Launches the wgmma backward kernel when possible; `launched` says whether it did.
 template <typename T, int kHeadDim>

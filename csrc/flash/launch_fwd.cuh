@@ -1,8 +1,10 @@
-// Forward launch: the tile configuration per head dim, the grid and the shared-memory opt-in.
+// Forward launch: the wgmma kernel on Hopper where it exists (launch_fwd_sm90.cuh), else the sm80
+// kernel with its tile configuration per head dim, grid and shared-memory opt-in.
 #pragma once
 
 #include "fwd_kernel.cuh"
 #include "launch_api.h"
+#include "launch_fwd_sm90.cuh"
 
 namespace flash {
 
@@ -20,8 +22,9 @@ template <> struct FwdTile<128> { using type = FwdConfig<128, 128, 64, 4>; };
 template <> struct FwdTile<192> { using type = FwdConfig<192, 128, 64, 8>; };
 template <> struct FwdTile<256> { using type = FwdConfig<256, 128, 64, 8>; };
 
+// The sm80 kernel, on any sm80+ GPU.
 template <typename T, int kHeadDim>
-cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
+cudaError_t run_fwd_sm80(const FwdParams& params, cudaStream_t stream) {
   using Cfg = typename FwdTile<kHeadDim>::type;
   auto kernel = fwd_kernel<T, Cfg>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
@@ -29,6 +32,14 @@ cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
   const dim3 grid(ceil_div(params.shape.seqlen_q, Cfg::kBlockM), params.shape.heads, params.shape.batch);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
   return cudaGetLastError();
+}
+
+template <typename T, int kHeadDim>
+cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
+  bool launched = false;
+  cudaError_t err = try_run_fwd_sm90<T, kHeadDim>(params, stream, launched);
+  if (err == cudaSuccess && !launched) err = run_fwd_sm80<T, kHeadDim>(params, stream);
+  return err;
 }
 
 }  // namespace flash

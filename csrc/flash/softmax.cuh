@@ -33,6 +33,16 @@ struct OnlineSoftmax {
   // A row with no visible key so far keeps m = -inf, and every exponent is then exp2(-inf) = 0.
   template <int NT, int DT>
   __device__ __forceinline__ void update(float (&scores)[MT][NT][4], float (&acc)[MT][DT][4], float scale_log2) {
+    float rescale[MT][2];
+    update_probs(scores, scale_log2, rescale);
+    rescale_output(acc, rescale);
+  }
+
+  // The first half of update: the probabilities, and per row the factor by which the running P.V
+  // must still be rescaled. Split so that a kernel whose P.V is still in flight on the tensor core
+  // can compute these first and rescale once the MMA is done.
+  template <int NT>
+  __device__ __forceinline__ void update_probs(float (&scores)[MT][NT][4], float scale_log2, float (&rescale)[MT][2]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -43,15 +53,10 @@ struct OnlineSoftmax {
           block_max = fmaxf(block_max, fmaxf(scores[mt][nt][2 * h], scores[mt][nt][2 * h + 1]));
         block_max = arch::quad_max(block_max);
         const float max_scaled = block_max == -INFINITY ? 0.f : block_max * scale_log2;
-        const float rescale =
+        rescale[mt][h] =
             row_max[mt][h] == -INFINITY ? 0.f : arch::exp2_approx(row_max[mt][h] * scale_log2 - max_scaled);
         row_max[mt][h] = block_max;
-        float sum = row_sum[mt][h] * rescale;
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          acc[mt][dt][2 * h] *= rescale;
-          acc[mt][dt][2 * h + 1] *= rescale;
-        }
+        float sum = row_sum[mt][h] * rescale[mt][h];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -62,6 +67,16 @@ struct OnlineSoftmax {
           }
         row_sum[mt][h] = sum;
       }
+  }
+
+  template <int DT>
+  __device__ __forceinline__ static void rescale_output(float (&acc)[MT][DT][4], const float (&rescale)[MT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[mt][dt][r] *= rescale[mt][r / 2];
   }
 
   // Divides acc by the row sums and returns each row's log-sum-exp (natural log) in lse;

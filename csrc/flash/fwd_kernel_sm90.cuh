@@ -1,0 +1,197 @@
+// Forward on Hopper (sm_90a), with warpgroup MMAs (wgmma). Same algorithm and arguments as
+// fwd_kernel.cuh: one CTA per (block of 64 x kWarpgroups queries, head, batch), each warpgroup
+// owning 64 query rows, walking the key blocks from the last visible one down to 0 (the causal
+// blocks that need masking first). Per key block i, each warpgroup
+//   1. issues S_i = Q.K_i^T              (64 queries x kBlockN, A and B from shared memory)
+//   2. issues O += P_{i-1}.V_{i-1}       (A = the previous block's probabilities, in registers)
+//   3. computes P_i = exp(scale * S_i - m) with the online softmax while step 2 still runs on the
+//      tensor core, then rescales O once step 2 is done.
+// So the exponentials of one block overlap the P.V MMAs of the previous one, and P never leaves
+// registers. K and V have two shared-memory slots each; block i + 1's K and block i's V load
+// (cp.async) while block i's MMAs run. Shared memory uses the core-matrix layout of
+// arch/sm90_wgmma.cuh; Q is K-major for S, K K-major, V MN-major (keys are its rows) for O.
+#pragma once
+
+#include <type_traits>
+
+#include "arch/sm90_wgmma.cuh"
+#include "common.cuh"
+#include "fragment_mask.cuh"
+#include "fwd_kernel.cuh"
+#include "mask.cuh"
+#include "params.h"
+#include "softmax.cuh"
+#include "tile_io.cuh"
+
+namespace flash {
+
+template <int kHeadDim_, int kBlockN_, int kWarpgroups_>
+struct FwdSm90Config {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = kBlockN_;  // keys per step: the N of the S wgmma
+  static constexpr int kWarpgroups = kWarpgroups_;
+  static constexpr int kBlockM = 64 * kWarpgroups;  // queries per CTA, 64 per warpgroup (wgmma M)
+  static constexpr int kThreads = kWarpgroups * arch::kWarpgroupThreads;
+  // K/V tiles load with the threads of at most two warpgroups: a pass of the loader covers
+  // (warps / (hd / 32)) row groups, which must divide the tile's kBlockN / 8 row groups.
+  static constexpr int kKvLoadThreads = kWarpgroups >= 2 ? 2 * arch::kWarpgroupThreads : kThreads;
+  using QTile = arch::CoreTile<kBlockM, kHeadDim>;
+  using KVTile = arch::CoreTile<kBlockN, kHeadDim>;
+  static constexpr int kSmemBytes = QTile::kBytes + 4 * KVTile::kBytes;  // Q, two K slots, two V slots
+  // The epilogue stages O row-major (padded) over the operand tiles.
+  static constexpr int kEpilogueStride = padded_stride<kHeadDim>();
+  static_assert(kBlockM * kEpilogueStride * 2 <= kSmemBytes, "O staging fits");
+  static_assert(kBlockN % 16 == 0 && kHeadDim % 16 == 0, "whole wgmma k-steps");
+};
+
+// Shared-memory slots of the kernel: Q, then K[0], K[1], V[0], V[1] (computed, not stored in
+// arrays: an array indexed by the step would live in local memory).
+template <typename Cfg>
+struct FwdSm90Smem {
+  char* base;
+
+  __device__ __forceinline__ char* q() const { return base; }
+  __device__ __forceinline__ char* k(int slot) const { return base + Cfg::QTile::kBytes + slot * Cfg::KVTile::kBytes; }
+  __device__ __forceinline__ char* v(int slot) const { return k(2 + slot); }
+};
+
+template <typename Cfg, typename T>
+__device__ __forceinline__ void load_kv_tile_sm90(char* tile, const T* gmem, int64_t row_stride, int n_block,
+                                                  int seqlen_k, int headdim, int tid) {
+  if (tid >= Cfg::kKvLoadThreads) return;
+  const int n0 = n_block * Cfg::kBlockN;
+  arch::load_core_tile_async<Cfg::kBlockN, Cfg::kHeadDim, Cfg::kKvLoadThreads>(tile, gmem + n0 * row_stride, row_stride,
+                                                                              seqlen_k - n0, headdim, tid);
+}
+
+// Issues S (this warpgroup's 64 queries from q_row0 x kBlockN keys) = Q.K^T as one wgmma group.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void issue_scores_sm90(float (&scores)[1][Cfg::kBlockN / 8][4], const char* sQ,
+                                                  const char* sK, int q_row0) {
+  arch::wgmma_fence_operand(scores[0]);
+  arch::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kHeadDim / 16; ++ks)
+    arch::Wgmma<T, Cfg::kBlockN>::template ss<false, false>(scores[0], Cfg::QTile::k_major(sQ, q_row0, ks),
+                                                             Cfg::KVTile::k_major(sK, 0, ks), ks > 0);
+  arch::wgmma_commit();
+}
+
+// Issues O (64 queries x head dim) += P (registers, 64 x kBlockN) . V (kBlockN keys x head dim,
+// read MN-major) as one wgmma group.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void issue_output_sm90(float (&acc)[1][Cfg::kHeadDim / 8][4],
+                                                  const uint32_t (&probs)[1][Cfg::kBlockN / 16][4], const char* sV) {
+  arch::wgmma_fence_operand(acc[0]);
+  arch::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kBlockN / 16; ++ks)
+    arch::Wgmma<T, Cfg::kHeadDim>::template rs<true>(acc[0], probs[0][ks], Cfg::KVTile::mn_major(sV, 0, ks), true);
+  arch::wgmma_commit();
+}
+
+template <typename T, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel_sm90(const FwdParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  constexpr int kScoreNT = kBlockN / 8, kHeadNT = kHeadDim / 8;
+  extern __shared__ __align__(16) unsigned char smem[];  // no-swizzle wgmma operands need 16 B
+  const FwdSm90Smem<Cfg> s{reinterpret_cast<char*>(smem)};
+
+  const int tid = threadIdx.x, lane = tid % arch::kWarpSize;
+  const int warpgroup = tid / arch::kWarpgroupThreads, warp_in_group = (tid / arch::kWarpSize) % 4;
+  const int group_row0 = warpgroup * 64;                  // this warpgroup's queries in the block
+  const int warp_row0 = group_row0 + warp_in_group * 16;  // this warp's accumulator rows
+  const AttentionShape& shape = p.shape;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest causal blocks are scheduled first
+  const int head = blockIdx.y, batch = blockIdx.z;
+  const int head_k = head / (shape.heads / shape.heads_k);
+  const int m0 = m_block * kBlockM;
+  const int rows_q = min(kBlockM, shape.seqlen_q - m0);
+  const AttentionMask mask{shape.seqlen_q, shape.seqlen_k, p.causal};
+  const int n_blocks = ceil_div(mask.kv_end(m0, rows_q), kBlockN);
+
+  T* out = element_ptr<T>(p.out, batch, m0, head);
+  float* lse = p.lse + row_vector_offset(shape, batch, head, m0);
+  if (n_blocks == 0) {
+    write_empty_rows<Cfg>(out, p.out.row_stride, lse, rows_q, shape.headdim, tid);
+    return;
+  }
+  const T* k = element_ptr<T>(p.k, batch, 0, head_k);
+  const T* v = element_ptr<T>(p.v, batch, 0, head_k);
+
+  arch::load_core_tile_async<kBlockM, kHeadDim, Cfg::kThreads>(s.q(), element_ptr<T>(p.q, batch, m0, head),
+                                                               p.q.row_stride, rows_q, shape.headdim, tid);
+  load_kv_tile_sm90<Cfg>(s.k(0), k, p.k.row_stride, n_blocks - 1, shape.seqlen_k, shape.headdim, tid);
+  arch::cp_async_commit();
+
+  float acc[1][kHeadNT][4];  // O rows of this warp: 16 x head dim
+  arch::zero_accumulators(acc);
+  OnlineSoftmax<1> softmax;
+  softmax.init();
+  uint32_t probs[1][kBlockN / 16][4];  // the previous block's P, the A operand of its P.V
+
+  // Step i handles key block n_blocks - 1 - i; K of step i sits in slot i % 2, V in slot i % 2.
+  // Step 0 has no P.V to issue. It is a separate instantiation rather than a branch: with the P.V
+  // issue conditional, ptxas cannot tell which wgmma group `wait<1>` leaves pending and
+  // serializes every wgmma of the kernel (warning C7514).
+  auto step = [&](auto is_first, int i) {
+    constexpr bool kFirst = decltype(is_first)::value;
+    const int n_block = n_blocks - 1 - i;
+    arch::cp_async_wait<0>();
+    arch::fence_proxy_async();
+    __syncthreads();  // K[i] and V[i-1] landed; every warpgroup is done with step i-1's S and P.V[i-2]
+
+    float scores[1][kScoreNT][4];  // S rows of this warp: 16 x kBlockN
+    issue_scores_sm90<T, Cfg>(scores, s.q(), s.k(i % 2), group_row0);
+    if constexpr (!kFirst) issue_output_sm90<T, Cfg>(acc, probs, s.v((i - 1) % 2));
+    // The loads go out behind the MMAs: K[i+1] into the slot S[i-1] read, V[i] into P.V[i-2]'s.
+    if (n_block > 0)
+      load_kv_tile_sm90<Cfg>(s.k((i + 1) % 2), k, p.k.row_stride, n_block - 1, shape.seqlen_k, shape.headdim, tid);
+    load_kv_tile_sm90<Cfg>(s.v(i % 2), v, p.v.row_stride, n_block, shape.seqlen_k, shape.headdim, tid);
+    arch::cp_async_commit();
+
+    arch::wgmma_wait<kFirst ? 0 : 1>();  // S is done; P.V may still run
+    arch::wgmma_fence_operand(scores[0]);
+    const int n0 = n_block * kBlockN;
+    if (!mask.block_fully_visible(m0, rows_q, n0, kBlockN))
+      mask_score_fragment</*kRowsAreKeys=*/false>(scores, mask, m0 + warp_row0, n0, lane);
+    float rescale[1][2];
+    softmax.update_probs(scores, p.scale_log2, rescale);
+    if constexpr (!kFirst) {
+      arch::wgmma_wait<0>();  // P.V[i-1] is done: O may be rescaled and probs overwritten
+      arch::wgmma_fence_operand(acc[0]);
+      OnlineSoftmax<1>::rescale_output(acc, rescale);
+    }
+    arch::accumulators_to_a_fragments<T>(probs, scores);
+  };
+  step(std::true_type{}, 0);
+  for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
+  arch::cp_async_wait<0>();
+  arch::fence_proxy_async();
+  __syncthreads();  // the last V landed
+  issue_output_sm90<T, Cfg>(acc, probs, s.v((n_blocks - 1) % 2));
+  arch::wgmma_wait<0>();
+  arch::wgmma_fence_operand(acc[0]);
+
+  float row_lse[1][2];
+  softmax.finalize(acc, p.softmax_scale, row_lse);
+  if (lane % 4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp_row0 + arch::acc_row(lane, 2 * h);
+      if (row < rows_q) lse[row] = row_lse[0][h];
+    }
+  }
+  // Epilogue: O through shared memory (row-major, padded) for coalesced stores.
+  T* sO = reinterpret_cast<T*>(smem);
+  __syncthreads();  // every warpgroup is done reading Q, K and V
+  arch::store_accumulators<1, kHeadNT, T>(sO, Cfg::kEpilogueStride, warp_row0, 0, acc, lane);
+  __syncthreads();
+  store_tile<kBlockM, kHeadDim, Cfg::kThreads>(out, p.out.row_stride, sO, rows_q, shape.headdim, tid);
+#else
+  __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
+#endif
+}
+
+}  // namespace flash
