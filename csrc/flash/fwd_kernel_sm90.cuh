@@ -1,13 +1,14 @@
 // Forward on Hopper (sm_90a), with warpgroup MMAs (wgmma). Same algorithm and arguments as
 // fwd_kernel.cuh: one CTA per (block of 64 x kWarpgroups queries, head, batch), each warpgroup
 // owning 64 query rows, walking the key blocks from the last visible one down to 0 (the causal
-// blocks that need masking first). Per key block i, each warpgroup
-//   1. issues S_i = Q.K_i^T              (64 queries x kBlockN, A and B from shared memory)
-//   2. issues O += P_{i-1}.V_{i-1}       (A = the previous block's probabilities, in registers)
-//   3. computes P_i = exp(scale * S_i - m) with the online softmax while step 2 still runs on the
-//      tensor core, then rescales O once step 2 is done.
+// blocks that need masking first). Step i of each warpgroup:
+//   1. retires P.V[i-2], rescales O and converts P[i-1] to the A-fragment layout
+//   2. issues S[i] = Q.K[i]^T                (64 queries x kBlockN, A and B from shared memory)
+//   3. issues O += P[i-1].V[i-1]              (A = P in registers)
+//   4. waits for S[i] only, and runs the online softmax of block i while step 3 still runs on the
+//      tensor core.
 // So the exponentials of one block overlap the P.V MMAs of the previous one, and P never leaves
-// registers. K and V have two shared-memory slots each; block i + 1's K and block i's V load
+// registers. K has two shared-memory slots and V three; block i + 1's K and block i's V load
 // (cp.async) while block i's MMAs run. Shared memory uses the core-matrix layout of
 // arch/sm90_wgmma.cuh; Q is K-major for S, K K-major, V MN-major (keys are its rows) for O.
 #pragma once
@@ -37,14 +38,14 @@ struct FwdSm90Config {
   static constexpr int kKvLoadThreads = kWarpgroups >= 2 ? 2 * arch::kWarpgroupThreads : kThreads;
   using QTile = arch::CoreTile<kBlockM, kHeadDim>;
   using KVTile = arch::CoreTile<kBlockN, kHeadDim>;
-  static constexpr int kSmemBytes = QTile::kBytes + 4 * KVTile::kBytes;  // Q, two K slots, two V slots
+  static constexpr int kSmemBytes = QTile::kBytes + 5 * KVTile::kBytes;  // Q, two K slots, three V slots
   // The epilogue stages O row-major (padded) over the operand tiles.
   static constexpr int kEpilogueStride = padded_stride<kHeadDim>();
   static_assert(kBlockM * kEpilogueStride * 2 <= kSmemBytes, "O staging fits");
   static_assert(kBlockN % 16 == 0 && kHeadDim % 16 == 0, "whole wgmma k-steps");
 };
 
-// Shared-memory slots of the kernel: Q, then K[0], K[1], V[0], V[1] (computed, not stored in
+// Shared-memory slots of the kernel: Q, then K[0], K[1], V[0], V[1], V[2] (computed, not stored in
 // arrays: an array indexed by the step would live in local memory).
 template <typename Cfg>
 struct FwdSm90Smem {
@@ -129,48 +130,58 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel_sm90(const FwdPar
   arch::zero_accumulators(acc);
   OnlineSoftmax<1> softmax;
   softmax.init();
-  uint32_t probs[1][kBlockN / 16][4];  // the previous block's P, the A operand of its P.V
+  float scores[1][kScoreNT][4];        // S rows of this warp (16 x kBlockN), then P until converted
+  float rescale[1][2];                 // O's pending rescale from the latest softmax
+  uint32_t probs[1][kBlockN / 16][4];  // P of the previous block, the A operand of its P.V
 
-  // Step i handles key block n_blocks - 1 - i; K of step i sits in slot i % 2, V in slot i % 2.
+  // Retires P.V[i-2], then rescales O for block i-1 and converts P[i-1] for its P.V. This runs at
+  // the start of step i rather than the end of step i-1: ptxas moves a wgmma wait to the top of
+  // its basic block, so at the end of step i-1 it would land before the softmax and serialize the
+  // exponentials after the P.V MMAs; the loop edge keeps them apart.
+  auto retire_and_convert = [&]() {
+    arch::wgmma_wait<0>();
+    arch::wgmma_fence_operand(acc[0]);
+    arch::wgmma_fence_operand(probs);
+    OnlineSoftmax<1>::rescale_output(acc, rescale);
+    arch::accumulators_to_a_fragments<T>(probs, scores);
+  };
+
+  // Step i handles key block n_blocks - 1 - i; its K sits in slot i % 2, its V in slot i % 3.
   // Step 0 has no P.V to issue. It is a separate instantiation rather than a branch: with the P.V
   // issue conditional, ptxas cannot tell which wgmma group `wait<1>` leaves pending and
   // serializes every wgmma of the kernel (warning C7514).
   auto step = [&](auto is_first, int i) {
     constexpr bool kFirst = decltype(is_first)::value;
     const int n_block = n_blocks - 1 - i;
+    if constexpr (!kFirst) retire_and_convert();
     arch::cp_async_wait<0>();
     arch::fence_proxy_async();
-    __syncthreads();  // K[i] and V[i-1] landed; every warpgroup is done with step i-1's S and P.V[i-2]
+    __syncthreads();  // K[i] and V[i-1] landed; every warpgroup retired S[i-1] and P.V[i-2]
 
-    float scores[1][kScoreNT][4];  // S rows of this warp: 16 x kBlockN
     issue_scores_sm90<T, Cfg>(scores, s.q(), s.k(i % 2), group_row0);
-    if constexpr (!kFirst) issue_output_sm90<T, Cfg>(acc, probs, s.v((i - 1) % 2));
-    // The loads go out behind the MMAs: K[i+1] into the slot S[i-1] read, V[i] into P.V[i-2]'s.
+    if constexpr (!kFirst) issue_output_sm90<T, Cfg>(acc, probs, s.v((i - 1) % 3));
+    // The loads go out behind the MMAs: K[i+1] into the slot S[i-1] read, V[i] into P.V[i-3]'s
+    // (three V slots: P.V[i-2] may still be reading its slot in another warpgroup).
     if (n_block > 0)
       load_kv_tile_sm90<Cfg>(s.k((i + 1) % 2), k, p.k.row_stride, n_block - 1, shape.seqlen_k, shape.headdim, tid);
-    load_kv_tile_sm90<Cfg>(s.v(i % 2), v, p.v.row_stride, n_block, shape.seqlen_k, shape.headdim, tid);
+    load_kv_tile_sm90<Cfg>(s.v(i % 3), v, p.v.row_stride, n_block, shape.seqlen_k, shape.headdim, tid);
     arch::cp_async_commit();
 
-    arch::wgmma_wait<kFirst ? 0 : 1>();  // S is done; P.V may still run
+    arch::wgmma_wait<kFirst ? 0 : 1>();  // S is done; P.V[i-1] may still run, under the softmax
     arch::wgmma_fence_operand(scores[0]);
     const int n0 = n_block * kBlockN;
     if (!mask.block_fully_visible(m0, rows_q, n0, kBlockN))
       mask_score_fragment</*kRowsAreKeys=*/false>(scores, mask, m0 + warp_row0, n0, lane);
-    float rescale[1][2];
     softmax.update_probs(scores, p.scale_log2, rescale);
-    if constexpr (!kFirst) {
-      arch::wgmma_wait<0>();  // P.V[i-1] is done: O may be rescaled and probs overwritten
-      arch::wgmma_fence_operand(acc[0]);
-      OnlineSoftmax<1>::rescale_output(acc, rescale);
-    }
-    arch::accumulators_to_a_fragments<T>(probs, scores);
+    arch::wgmma_fence_operand(scores[0]);
   };
   step(std::true_type{}, 0);
   for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
+  retire_and_convert();
   arch::cp_async_wait<0>();
   arch::fence_proxy_async();
   __syncthreads();  // the last V landed
-  issue_output_sm90<T, Cfg>(acc, probs, s.v((n_blocks - 1) % 2));
+  issue_output_sm90<T, Cfg>(acc, probs, s.v((n_blocks - 1) % 3));
   arch::wgmma_wait<0>();
   arch::wgmma_fence_operand(acc[0]);
 

@@ -44,6 +44,19 @@ __device__ __forceinline__ void wgmma_fence_operand(float (&d)[NT][4]) {
     for (int r = 0; r < 4; ++r) asm volatile("" : "+f"(d[j][r])::"memory");
 }
 
+// The same for register A operands. Fenced after the wait that retires their wgmma, it also keeps
+// them live until then: otherwise ptxas may reuse them for other values while the wgmma still
+// reads them, and then moves the wait up to before that reuse.
+template <int MT, int KS>
+__device__ __forceinline__ void wgmma_fence_operand(uint32_t (&a)[MT][KS][4]) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int k = 0; k < KS; ++k)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[m][k][r])::"memory");
+}
+
 // Orders this thread's earlier register writes before the next wgmma.mma_async.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
