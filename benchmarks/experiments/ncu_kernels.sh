@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Nsight Compute on the backward kernels (GPU machine, one call): builds bf16 hd 64/128 with line
+# Nsight Compute on the attention kernels (GPU machine, one call): builds bf16 hd 64/128 with line
 # info, then profiles one launch per configuration (bf16, 8k, 16 heads x hd 128 or 32 x hd 64,
-# non-causal) with the sections that locate a stall: throughput, warp states, shared-memory
-# conflicts and the top stall sites. Usage: benchmarks/experiments/ncu_bwd.sh [kernel-regex]
+# non-causal, one forward + backward) with the sections that locate a stall: throughput, warp
+# states, shared-memory conflicts and the top stall sites (SourceCounters).
+# Usage: benchmarks/experiments/ncu_kernels.sh [kernel-regex, default bwd_kernel; e.g. fwd_kernel_sm90]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 regex=${1:-bwd_kernel}
@@ -24,10 +25,10 @@ gmma_metrics=$(ncu --query-metrics 2>/dev/null | awk '{print $1}' | grep -E "^[a
   | sed 's/$/.sum/' | head -8 | paste -sd, -)
 echo "gmma metrics: ${gmma_metrics:-none}"
 for hd in ${HEADDIMS:-128 64}; do
-  echo "===== ncu: bwd hd$hd"
+  echo "===== ncu: $regex hd$hd"
   ncu --clock-control none --kernel-name "regex:$regex" --launch-count 1 --print-details all \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
-    --section WarpStateStats --section SchedulerStats --section LaunchStats \
+    --section WarpStateStats --section SchedulerStats --section LaunchStats --section SourceCounters \
     ${gmma_metrics:+--metrics $gmma_metrics} \
     python3 /tmp/one_backward.py $hd 2>&1 | grep -v "^==PROF==" | sed -e 's/  \+/  /g'
 done
