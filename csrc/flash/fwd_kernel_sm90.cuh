@@ -9,12 +9,15 @@
 //      tensor core.
 // So the exponentials of one block overlap the P.V MMAs of the previous one, and P never leaves
 // registers. K has two shared-memory slots and V three; block i + 1's K and block i's V load
-// (cp.async) while block i's MMAs run. Shared memory uses the core-matrix layout of
-// arch/sm90_wgmma.cuh; Q is K-major for S, K K-major, V MN-major (keys are its rows) for O.
+// (cp.async) while block i's MMAs run. Shared memory uses the 128-byte swizzled layout of
+// arch/sm90_swizzled_tile.cuh (whole-line global reads: with the no-swizzle core-matrix layout the
+// loads doubled the L2 tag lookups, which ncu showed as the limit); Q is K-major for S, K
+// K-major, V MN-major (keys are its rows) for O.
 #pragma once
 
 #include <type_traits>
 
+#include "arch/sm90_swizzled_tile.cuh"
 #include "arch/sm90_wgmma.cuh"
 #include "common.cuh"
 #include "fragment_mask.cuh"
@@ -33,11 +36,11 @@ struct FwdSm90Config {
   static constexpr int kWarpgroups = kWarpgroups_;
   static constexpr int kBlockM = 64 * kWarpgroups;  // queries per CTA, 64 per warpgroup (wgmma M)
   static constexpr int kThreads = kWarpgroups * arch::kWarpgroupThreads;
-  // K/V tiles load with the threads of at most two warpgroups: a pass of the loader covers
-  // (warps / (hd / 32)) row groups, which must divide the tile's kBlockN / 8 row groups.
+  // K/V tiles load with the threads of at most two warpgroups: a loader pass covers
+  // threads / (hd / 8) rows, which must divide kBlockN.
   static constexpr int kKvLoadThreads = kWarpgroups >= 2 ? 2 * arch::kWarpgroupThreads : kThreads;
-  using QTile = arch::CoreTile<kBlockM, kHeadDim>;
-  using KVTile = arch::CoreTile<kBlockN, kHeadDim>;
+  using QTile = arch::SwizzledTile<kBlockM, kHeadDim>;
+  using KVTile = arch::SwizzledTile<kBlockN, kHeadDim>;
   static constexpr int kSmemBytes = QTile::kBytes + 5 * KVTile::kBytes;  // Q, two K slots, three V slots
   // The epilogue stages O row-major (padded) over the operand tiles.
   static constexpr int kEpilogueStride = padded_stride<kHeadDim>();
@@ -61,8 +64,8 @@ __device__ __forceinline__ void load_kv_tile_sm90(char* tile, const T* gmem, int
                                                   int seqlen_k, int headdim, int tid) {
   if (tid >= Cfg::kKvLoadThreads) return;
   const int n0 = n_block * Cfg::kBlockN;
-  arch::load_core_tile_async<Cfg::kBlockN, Cfg::kHeadDim, Cfg::kKvLoadThreads>(tile, gmem + n0 * row_stride, row_stride,
-                                                                              seqlen_k - n0, headdim, tid);
+  arch::load_swizzled_tile_async<Cfg::kBlockN, Cfg::kHeadDim, Cfg::kKvLoadThreads>(tile, gmem + n0 * row_stride,
+                                                                                  row_stride, seqlen_k - n0, headdim, tid);
 }
 
 // Issues S (this warpgroup's 64 queries from q_row0 x kBlockN keys) = Q.K^T as one wgmma group.
@@ -96,7 +99,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel_sm90(const FwdPar
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
   constexpr int kScoreNT = kBlockN / 8, kHeadNT = kHeadDim / 8;
-  extern __shared__ __align__(16) unsigned char smem[];  // no-swizzle wgmma operands need 16 B
+  // Swizzled wgmma operands need 1024-byte alignment (a name of its own: the other kernels declare
+  // the dynamic shared memory with 16).
+  extern __shared__ __align__(1024) unsigned char smem_aligned_1024[];
+  unsigned char* smem = smem_aligned_1024;
+  if (arch::smem_address(smem) % arch::kSwizzleAtomBytes != 0) __trap();
   const FwdSm90Smem<Cfg> s{reinterpret_cast<char*>(smem)};
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize;
@@ -121,8 +128,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel_sm90(const FwdPar
   const T* k = element_ptr<T>(p.k, batch, 0, head_k);
   const T* v = element_ptr<T>(p.v, batch, 0, head_k);
 
-  arch::load_core_tile_async<kBlockM, kHeadDim, Cfg::kThreads>(s.q(), element_ptr<T>(p.q, batch, m0, head),
-                                                               p.q.row_stride, rows_q, shape.headdim, tid);
+  arch::load_swizzled_tile_async<kBlockM, kHeadDim, Cfg::kThreads>(s.q(), element_ptr<T>(p.q, batch, m0, head),
+                                                                   p.q.row_stride, rows_q, shape.headdim, tid);
   load_kv_tile_sm90<Cfg>(s.k(0), k, p.k.row_stride, n_blocks - 1, shape.seqlen_k, shape.headdim, tid);
   arch::cp_async_commit();
 

@@ -1,14 +1,19 @@
-// Checks the Hopper arch layer (csrc/flash/arch/sm90_wgmma.cuh) on its own: the three wgmma
-// operand forms the backward uses, against a CPU product of small integers (exact in bf16/fp32).
+// Checks the Hopper arch layer (csrc/flash/arch/sm90_wgmma.cuh, sm90_swizzled_tile.cuh) on its
+// own: the wgmma operand forms the kernels use, against a CPU product of small integers (exact in
+// bf16/fp32).
 //   kmajor: A = K-major rows 64..127 of a 128-row tile (loaded by load_core_tile_async), B K-major
 //   mn:     A and B MN-major ("transposed"), both starting at a column offset
 //   rs:     A from registers (mma.sync A layout), B MN-major
+//   swizzled kmajor: as kmajor in the 128-byte swizzled layout (load_swizzled_tile_async), K = 128
+//                    (two 64-column blocks)
+//   swizzled rs:     A from registers, B MN-major swizzled, N = 128 (two 64-column blocks)
 // Prints one line per case and "ALL OK" when every element matches. Needs an sm_90a GPU:
 //   nvcc -std=c++17 -I csrc -gencode=arch=compute_90a,code=sm_90a tests/cuda/wgmma_layouts.cu
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "flash/arch/sm90_swizzled_tile.cuh"
 #include "flash/arch/sm90_wgmma.cuh"
 
 using T = __nv_bfloat16;
@@ -82,6 +87,16 @@ __global__ void mn_case(const T* at, const T* b, float* out) {
   write_out(out, d);
 }
 
+// The A fragments (mma.sync A layout) of this thread's warp for a (64 x kK) row-major matrix.
+__device__ void load_a_fragments(uint32_t (&frag)[kK / 16][4], const T* a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int ks = 0; ks < kK / 16; ++ks)
+    for (int i = 0; i < 4; ++i) {  // a0: (g, 2t), a1: (g + 8, 2t), a2: (g, 2t + 8), a3: (g + 8, 2t + 8)
+      const int row = warp * 16 + lane / 4 + 8 * (i % 2), col = ks * 16 + 2 * (lane % 4) + 8 * (i / 2);
+      frag[ks][i] = pack_pair<T>(__bfloat162float(a[row * kK + col]), __bfloat162float(a[row * kK + col + 1]));
+    }
+}
+
 // a: (64 x kK) row-major, held in registers; b: (kK x 64) row-major (K x N). out = a . b
 __global__ void rs_case(const T* a, const T* b, float* out) {
   __shared__ __align__(128) char sb[CoreTile<kK, 64>::kBytes];
@@ -89,16 +104,61 @@ __global__ void rs_case(const T* a, const T* b, float* out) {
     put(sb, CoreTile<kK, 64>::byte_offset(i / 64, i % 64), __bfloat162float(b[i]));
   fence_proxy_async();
   __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   uint32_t frag[kK / 16][4];
-  for (int ks = 0; ks < kK / 16; ++ks)
-    for (int i = 0; i < 4; ++i) {  // a0: (g, 2t), a1: (g + 8, 2t), a2: (g, 2t + 8), a3: (g + 8, 2t + 8)
-      const int row = warp * 16 + lane / 4 + 8 * (i % 2), col = ks * 16 + 2 * (lane % 4) + 8 * (i / 2);
-      frag[ks][i] = pack_pair<T>(__bfloat162float(a[row * kK + col]), __bfloat162float(a[row * kK + col + 1]));
-    }
+  load_a_fragments(frag, a);
   float d[8][4];
   wgmma_fence();
   for (int ks = 0; ks < kK / 16; ++ks) Wgmma<T, 64>::rs<true>(d, frag[ks], CoreTile<kK, 64>::mn_major(sb, 0, ks), ks > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(d);
+  write_out(out, d);
+}
+
+constexpr int kWideK = 128;  // two 64-column swizzle blocks
+
+// a: (128 x kWideK) row-major, rows 64.. used; b: (64 x kWideK) row-major (N x K). out = a[64:] . b^T
+__global__ void swizzled_kmajor_case(const T* a, const T* b, float* out) {
+  using ATile = SwizzledTile<128, kWideK>;
+  using BTile = SwizzledTile<64, kWideK>;
+  __shared__ __align__(1024) char sa[ATile::kBytes];
+  __shared__ __align__(1024) char sb[BTile::kBytes];
+  load_swizzled_tile_async<128, kWideK, 128>(sa, a, kWideK, 128, kWideK, threadIdx.x);
+  cp_async_commit();
+  for (int i = threadIdx.x; i < 64 * kWideK; i += 128)
+    put(sb, BTile::byte_offset(i / kWideK, i % kWideK), __bfloat162float(b[i]));
+  cp_async_wait<0>();
+  fence_proxy_async();
+  __syncthreads();
+  float d[8][4];
+  wgmma_fence();
+  for (int ks = 0; ks < kWideK / 16; ++ks)
+    Wgmma<T, 64>::ss<false, false>(d, ATile::k_major(sa, 64, ks), BTile::k_major(sb, 0, ks), ks > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(d);
+  write_out(out, d);
+}
+
+// a: (64 x kK) row-major, in registers; b: (kK x 128) row-major (K x N), MN-major swizzled.
+// out (64 x 128) = a . b. kSwapOffsets exchanges the leading and stride offsets (diagnostic).
+template <bool kSwapOffsets>
+__global__ void swizzled_rs_case(const T* a, const T* b, float* out) {
+  using BTile = SwizzledTile<kK, 128>;
+  __shared__ __align__(1024) char sb[BTile::kBytes];
+  for (int i = threadIdx.x; i < kK * 128; i += 128) put(sb, BTile::byte_offset(i / 128, i % 128), __bfloat162float(b[i]));
+  fence_proxy_async();
+  __syncthreads();
+  uint32_t frag[kK / 16][4];
+  load_a_fragments(frag, a);
+  float d[16][4];
+  wgmma_fence();
+  for (int ks = 0; ks < kK / 16; ++ks) {
+    uint64_t desc = BTile::mn_major(sb, 0, ks);
+    if (kSwapOffsets)
+      desc = smem_descriptor_swizzle128(sb + ks * 2 * kSwizzleAtomBytes, kSwizzleAtomBytes, BTile::kBlockBytes);
+    Wgmma<T, 128>::rs<true>(d, frag[ks], desc, ks > 0);
+  }
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operand(d);
@@ -171,6 +231,32 @@ int main() {
     g_a = &a, g_b = &b;
     ok &= check("rs", [](float* out) { rs_case<<<1, 128>>>(g_a->device, g_b->device, out); }, 64, 64,
                 [&](int m, int n) { float s = 0; for (int k = 0; k < kK; ++k) s += a.at(m, k) * b.at(k, n); return s; });
+  }
+  {
+    Matrix a(128, kWideK, 7), b(64, kWideK, 8);
+    g_a = &a, g_b = &b;
+    ok &= check("swizzled kmajor", [](float* out) { swizzled_kmajor_case<<<1, 128>>>(g_a->device, g_b->device, out); },
+                64, 64, [&](int m, int n) {
+                  float s = 0;
+                  for (int k = 0; k < kWideK; ++k) s += a.at(64 + m, k) * b.at(n, k);
+                  return s;
+                });
+  }
+  {
+    Matrix a(64, kK, 9), b(kK, 128, 10);
+    g_a = &a, g_b = &b;
+    auto expected = [&](int m, int n) {
+      float s = 0;
+      for (int k = 0; k < kK; ++k) s += a.at(m, k) * b.at(k, n);
+      return s;
+    };
+    const bool rs_ok = check("swizzled rs",
+                             [](float* out) { swizzled_rs_case<false><<<1, 128>>>(g_a->device, g_b->device, out); },
+                             64, 128, expected);
+    if (!rs_ok)
+      check("swizzled rs (offsets swapped, diagnostic)",
+            [](float* out) { swizzled_rs_case<true><<<1, 128>>>(g_a->device, g_b->device, out); }, 64, 128, expected);
+    ok &= rs_ok;
   }
   printf(ok ? "ALL OK\n" : "FAILED\n");
   return ok ? 0 : 1;
