@@ -13,11 +13,13 @@
 // One thread then adds the whole dQ tile into dq_accum with a single bulk reduction (TMA engine),
 // overlapped with the next query block: per-element atomics from every thread kept L2 two-thirds
 // busy and stalled the warps that issued them (ncu, benchmarks/NOTES.md).
-// Shared memory uses the core-matrix layout of arch/sm90_wgmma.cuh; the next kStages - 1 query
-// blocks' Q, dO, lse and dsum load (cp.async) during the current one.
+// K, V, Q and dO use the 128-byte swizzled layout of arch/sm90_swizzled_tile.cuh (whole-line global
+// reads), dS^T the core-matrix layout of arch/sm90_wgmma.cuh (written from registers); the next
+// kStages - 1 query blocks' Q, dO, lse and dsum load (cp.async) during the current one.
 #pragma once
 
 #include "arch/sm90_bulk.cuh"
+#include "arch/sm90_swizzled_tile.cuh"
 #include "arch/sm90_wgmma.cuh"
 #include "bwd_fragments.cuh"
 #include "bwd_key_block.cuh"
@@ -45,10 +47,15 @@ struct BwdSm90Config {
   static constexpr int kDqCols = kDqSplitByQuery ? kHeadDim : kHeadDim / kWarpgroups;
   static_assert(kBlockM == 64 * (kDqSplitByQuery ? 2 : 1), "one m64 dQ wgmma per warpgroup");
   static_assert(kWarpgroups == 1 || kWarpgroups == 2, "one or two warpgroups");
-  using KVTile = arch::CoreTile<kBlockN, kHeadDim>;  // K, V: rows keys
-  using QTile = arch::CoreTile<kBlockM, kHeadDim>;   // Q, dO: rows queries
-  using DsTile = arch::CoreTile<kBlockN, kBlockM>;   // dS^T: rows keys, columns queries
-  static constexpr int kStageBytes = 2 * QTile::kBytes + 2 * kBlockM * 4;
+  using KVTile = arch::SwizzledTile<kBlockN, kHeadDim>;  // K, V: rows keys
+  using QTile = arch::SwizzledTile<kBlockM, kHeadDim>;   // Q, dO: rows queries
+  using DsTile = arch::CoreTile<kBlockN, kBlockM>;       // dS^T: rows keys, columns queries
+  // Q, dO, lse, dsum; padded so that every stage's tiles start 1024-byte aligned (the swizzle).
+  static constexpr int kStageBytes =
+      (2 * QTile::kBytes + 2 * kBlockM * 4 + arch::kSwizzleAtomBytes - 1) / arch::kSwizzleAtomBytes *
+      arch::kSwizzleAtomBytes;
+  static_assert(KVTile::kBytes % arch::kSwizzleAtomBytes == 0 && DsTile::kBytes % arch::kSwizzleAtomBytes == 0,
+                "the stages start 1024-byte aligned");
   // Query blocks in shared memory: the current one and kStages - 1 loading ahead of it.
   static constexpr int kStages = kStages_;
   static_assert(kStages >= 2, "at least one block loads ahead");
@@ -82,9 +89,9 @@ __device__ __forceinline__ void load_query_stage_sm90(const QueryStageSm90<Cfg>&
                                                       int head, int m0, int tid) {
   const AttentionShape& shape = p.fwd.shape;
   const int rows = min(Cfg::kBlockM, shape.seqlen_q - m0);
-  arch::load_core_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
+  arch::load_swizzled_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
       stage.q, element_ptr<T>(p.fwd.q, batch, m0, head), p.fwd.q.row_stride, rows, shape.headdim, tid);
-  arch::load_core_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
+  arch::load_swizzled_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
       stage.dout, element_ptr<T>(p.dout, batch, m0, head), p.dout.row_stride, rows, shape.headdim, tid);
   const int64_t vector_offset = row_vector_offset(shape, batch, head, m0);
   load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.lse, p.fwd.lse + vector_offset, rows, tid);
@@ -169,7 +176,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
   constexpr int kScoreNT = kBlockM / 8, kHeadNT = kHeadDim / 8, kDqNT = Cfg::kDqCols / 8;
-  extern __shared__ __align__(16) unsigned char smem[];  // no-swizzle wgmma operands need 16 B
+  // Swizzled wgmma operands need 1024-byte alignment (a name of its own: the other kernels declare
+  // the dynamic shared memory with 16).
+  extern __shared__ __align__(1024) unsigned char smem_aligned_1024[];
+  unsigned char* smem = smem_aligned_1024;
+  if (arch::smem_address(smem) % arch::kSwizzleAtomBytes != 0) __trap();
   char* sK = reinterpret_cast<char*>(smem);  // KVTile
   char* sV = sK + Cfg::KVTile::kBytes;       // KVTile
   char* sdS = sV + Cfg::KVTile::kBytes;      // DsTile
@@ -186,10 +197,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   const AttentionMask& mask = kb.mask;
   if (kb.template zero_gradients_if_unseen<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
 
-  arch::load_core_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(sK, element_ptr<T>(p.fwd.k, batch, n0, kb.head_k),
-                                                               p.fwd.k.row_stride, kb.rows_k, shape.headdim, tid);
-  arch::load_core_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(sV, element_ptr<T>(p.fwd.v, batch, n0, kb.head_k),
-                                                               p.fwd.v.row_stride, kb.rows_k, shape.headdim, tid);
+  arch::load_swizzled_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(
+      sK, element_ptr<T>(p.fwd.k, batch, n0, kb.head_k), p.fwd.k.row_stride, kb.rows_k, shape.headdim, tid);
+  arch::load_swizzled_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(
+      sV, element_ptr<T>(p.fwd.v, batch, n0, kb.head_k), p.fwd.v.row_stride, kb.rows_k, shape.headdim, tid);
   // One commit group per query block, empty past the last one, so that "all but the newest
   // kStages - 2 groups" is always "up to the current block".
 #pragma unroll

@@ -7,6 +7,7 @@
 //   swizzled kmajor: as kmajor in the 128-byte swizzled layout (load_swizzled_tile_async), K = 128
 //                    (two 64-column blocks)
 //   swizzled rs:     A from registers, B MN-major swizzled, N = 128 (two 64-column blocks)
+//   swizzled mn:     A MN-major (no swizzle), B MN-major swizzled from column 32 (inside a block)
 // Prints one line per case and "ALL OK" when every element matches. Needs an sm_90a GPU:
 //   nvcc -std=c++17 -I csrc -gencode=arch=compute_90a,code=sm_90a tests/cuda/wgmma_layouts.cu
 #include <cstdio>
@@ -165,6 +166,27 @@ __global__ void swizzled_rs_case(const T* a, const T* b, float* out) {
   write_out(out, d);
 }
 
+// at: (kK x 128) row-major (K x M), columns 64.. used, no swizzle; b: (kK x 64) row-major (K x N),
+// swizzled, columns 32.. used. out (64 x 32) = at[:, 64:]^T . b[:, 32:]
+__global__ void swizzled_mn_case(const T* at, const T* b, float* out) {
+  using BTile = SwizzledTile<kK, 64>;
+  __shared__ __align__(128) char sa[CoreTile<kK, 128>::kBytes];
+  __shared__ __align__(1024) char sb[BTile::kBytes];
+  for (int i = threadIdx.x; i < kK * 128; i += 128)
+    put(sa, CoreTile<kK, 128>::byte_offset(i / 128, i % 128), __bfloat162float(at[i]));
+  for (int i = threadIdx.x; i < kK * 64; i += 128) put(sb, BTile::byte_offset(i / 64, i % 64), __bfloat162float(b[i]));
+  fence_proxy_async();
+  __syncthreads();
+  float d[4][4];
+  wgmma_fence();
+  for (int ks = 0; ks < kK / 16; ++ks)
+    Wgmma<T, 32>::ss<true, true>(d, CoreTile<kK, 128>::mn_major(sa, 64, ks), BTile::mn_major(sb, 32, ks), ks > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(d);
+  write_out(out, d);
+}
+
 struct Matrix {
   int rows, cols;
   std::vector<float> host;
@@ -257,6 +279,16 @@ int main() {
       check("swizzled rs (offsets swapped, diagnostic)",
             [](float* out) { swizzled_rs_case<true><<<1, 128>>>(g_a->device, g_b->device, out); }, 64, 128, expected);
     ok &= rs_ok;
+  }
+  {
+    Matrix at(kK, 128, 11), b(kK, 64, 12);
+    g_a = &at, g_b = &b;
+    ok &= check("swizzled mn", [](float* out) { swizzled_mn_case<<<1, 128>>>(g_a->device, g_b->device, out); }, 64, 32,
+                [&](int m, int n) {
+                  float s = 0;
+                  for (int k = 0; k < kK; ++k) s += at.at(k, 64 + m) * b.at(k, 32 + n);
+                  return s;
+                });
   }
   printf(ok ? "ALL OK\n" : "FAILED\n");
   return ok ? 0 : 1;

@@ -18,7 +18,8 @@
 //     (16 columns, 32 bytes) advances the start address inside the 128-byte row; the leading
 //     offset is unused.
 //   MN-major view (rows = K, cols = M or N): 8-row (K) groups 1024 bytes apart (stride offset),
-//     64-column blocks kRows * 128 bytes apart (leading offset).
+//     64-column blocks kRows * 128 bytes apart (leading offset); an operand may start inside a
+//     block (the backward's dQ splits K's head dim 64 in two halves of 32).
 #pragma once
 
 #include <cstdint>
@@ -55,9 +56,12 @@ struct SwizzledTile {
     return smem_descriptor_swizzle128(start, 16, kSwizzleAtomBytes);
   }
 
-  // Operand whose rows are K and columns M (or N): columns from col0 (a multiple of 64), k-step ks.
+  // Operand whose rows are K and columns M (or N): columns from col0 (a multiple of 8), k-step ks.
+  // Inside a 64-column block the start moves by whole 16-byte chunks, as a k-step does in the
+  // K-major view: the hardware swizzles the final address.
   __device__ __forceinline__ static uint64_t mn_major(const void* tile, int col0, int ks) {
-    const char* start = static_cast<const char*>(tile) + (col0 / 64) * kBlockBytes + ks * 2 * kSwizzleAtomBytes;
+    const char* start = static_cast<const char*>(tile) + (col0 / 64) * kBlockBytes + ((col0 % 64) / 8) * 16 +
+                        ks * 2 * kSwizzleAtomBytes;
     return smem_descriptor_swizzle128(start, kBlockBytes, kSwizzleAtomBytes);
   }
 };
