@@ -212,7 +212,7 @@ void sweep_bwd_sm90(const char* name, const Problem& pb, const Buffers& b, bool 
 int main(int argc, char** argv) {
   auto selected = [&](int index, int value) { return argc <= index || std::atoi(argv[index]) == value; };
   for (int headdim : {64, 128}) {
-    for (int seqlen : {2048, 8192}) {
+    for (int seqlen : {512, 2048, 8192}) {
       for (bool causal : {false, true}) {
         if (!selected(1, headdim) || !selected(2, seqlen) || !selected(3, causal)) continue;
         const Problem pb{headdim, seqlen, 16384 / seqlen, 2048 / headdim, causal};
@@ -223,6 +223,9 @@ int main(int argc, char** argv) {
           FWD90(false, FwdSm90Config<64, 128, 2>);
           FWD90(false, FwdSm90Config<64, 128, 3>);
           FWD90(false, FwdSm90Config<64, 64, 2>);
+          FWD90(false, FwdSm90Config<64, 64, 2, 2>);
+          FWD90(false, FwdSm90Config<64, 64, 1, 3>);
+          FWD90(false, FwdSm90Config<64, 128, 1, 2>);
           BWD(true, BwdConfig<64, 128, 128, 8, 4, 4, 4>);
           BWD(false, BwdConfig<64, 128, 128, 8, 4, 4, 2>);
           BWD(false, BwdConfig<64, 128, 64, 8, 4, 4, 4>);
@@ -233,6 +236,7 @@ int main(int argc, char** argv) {
           FWD(true, FwdConfig<128, 128, 64, 4>);
           FWD90(false, FwdSm90Config<128, 128, 2>);
           FWD90(false, FwdSm90Config<128, 64, 2>);
+          FWD90(false, FwdSm90Config<128, 64, 1, 2>);
           BWD(true, BwdConfig<128, 64, 128, 8, 4, 4, 2>);
           BWD(false, BwdConfig<128, 64, 128, 8, 4, 2, 2>);
           BWD(false, BwdConfig<128, 128, 128, 8, 4, 4, 4>);

@@ -29,11 +29,14 @@
 
 namespace flash {
 
-template <int kHeadDim_, int kBlockN_, int kWarpgroups_>
+template <int kHeadDim_, int kBlockN_, int kWarpgroups_, int kCtasPerSm_ = 1>
 struct FwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;  // keys per step: the N of the S wgmma
   static constexpr int kWarpgroups = kWarpgroups_;
+  // CTAs resident per SM (the register cap that follows from it is the compiler's): two let one
+  // CTA's loads, barriers and epilogue overlap the other's MMAs.
+  static constexpr int kCtasPerSm = kCtasPerSm_;
   static constexpr int kBlockM = 64 * kWarpgroups;  // queries per CTA, 64 per warpgroup (wgmma M)
   static constexpr int kThreads = kWarpgroups * arch::kWarpgroupThreads;
   // K/V tiles load with the threads of at most two warpgroups: a loader pass covers
@@ -95,7 +98,7 @@ __device__ __forceinline__ void issue_output_sm90(float (&acc)[1][Cfg::kHeadDim 
 }
 
 template <typename T, typename Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) fwd_kernel_sm90(const FwdParams p) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm90(const FwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
   constexpr int kScoreNT = kBlockN / 8, kHeadNT = kHeadDim / 8;

@@ -7,11 +7,12 @@
 
 namespace flash {
 
-// Head dims with a wgmma backward; the others run the sm80 kernel on Hopper too. 64-query steps:
-// the dQ wgmma is m64, and S^T / dP^T (64 keys x 64 queries per warpgroup) stay at 32 registers
-// each next to the 2 x hd/2 dK and dV accumulators. Measured on H200 (sweep, benchmarks/NOTES.md):
-// three query stages 0.5% ahead of two; two warpgroups per CTA 32% ahead of one at hd 64 (one
-// warpgroup, two CTAs per SM); 128-query steps at hd 64 1% behind (they spill).
+// Head dims with a wgmma backward; the others run the sm80 kernel on Hopper too. Measured on H200
+// (sweep, benchmarks/NOTES.md): three query stages 0.5% ahead of two; two warpgroups per CTA ahead
+// of one (hd 128: 452 vs 258 TFLOP/s at 8k). At hd 64, 128-query steps (dQ split by query) beat
+// 64-query steps by 7% at 8k and 1.5% at 2k causal once the tiles were swizzled (they were 1%
+// behind before); at hd 128 they would not fit the registers (S^T and dP^T of 128 queries are 64
+// registers each next to 128 of dK and dV).
 template <int kHeadDim>
 struct BwdSm90Tile {
   static constexpr bool kAvailable = false;
@@ -19,7 +20,7 @@ struct BwdSm90Tile {
 template <>
 struct BwdSm90Tile<64> {
   static constexpr bool kAvailable = true;
-  using type = BwdSm90Config<64, 64, 3, 2>;
+  using type = BwdSm90Config<64, 128, 3, 2>;
 };
 template <>
 struct BwdSm90Tile<128> {
