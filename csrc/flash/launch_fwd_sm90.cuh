@@ -8,7 +8,15 @@
 namespace flash {
 
 // Head dims with a wgmma forward; the others run the sm80 kernel on Hopper too.
-// FwdSm90Config<hd, keys per step, warpgroups (64 queries each)>.
+// FwdSm90Config<hd, keys per step, warpgroups (64 queries each), CTAs per SM>; `causal_type`
+// replaces `type` for causal attention. Measured on H200 (sweep, benchmarks/NOTES.md, TFLOP/s):
+//   hd 64: one CTA of two warpgroups per SM left the SM idle through every CTA's loads, barriers
+//     and epilogue (243 at 2k causal, below the sm80 kernel's 247). Several CTAs per SM, at the
+//     price of 64-key steps to fit their registers: two CTAs of two warpgroups 390 at 8k and 304 at
+//     512 (non-causal); three CTAs of one warpgroup 206 at 512 causal and 308 at 2k causal (two
+//     CTAs: 175 and 291), the finer grid balancing the uneven causal rows.
+//   hd 128: 128-key steps, two warpgroups, one CTA per SM: 471 at 8k, 358 at 2k causal, 340 at 512
+//     (64-key steps 417 / 327 / 301).
 template <int kHeadDim>
 struct FwdSm90Tile {
   static constexpr bool kAvailable = false;
@@ -16,33 +24,41 @@ struct FwdSm90Tile {
 template <>
 struct FwdSm90Tile<64> {
   static constexpr bool kAvailable = true;
-  using type = FwdSm90Config<64, 128, 2>;
+  using type = FwdSm90Config<64, 64, 2, 2>;
+  using causal_type = FwdSm90Config<64, 64, 1, 3>;
 };
 template <>
 struct FwdSm90Tile<128> {
   static constexpr bool kAvailable = true;
   using type = FwdSm90Config<128, 128, 2>;
+  using causal_type = type;
 };
+
+template <typename T, typename Cfg>
+cudaError_t launch_fwd_sm90(const FwdParams& params, cudaStream_t stream) {
+  auto kernel = fwd_kernel_sm90<T, Cfg>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(ceil_div(params.shape.seqlen_q, Cfg::kBlockM), params.shape.heads, params.shape.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
+  return cudaGetLastError();
+}
 
 // Launches the wgmma forward kernel when possible; `launched` says whether it did.
 template <typename T, int kHeadDim>
 cudaError_t try_run_fwd_sm90(const FwdParams& params, cudaStream_t stream, bool& launched) {
   launched = false;
   if constexpr (FwdSm90Tile<kHeadDim>::kAvailable) {
-    using Cfg = typename FwdSm90Tile<kHeadDim>::type;
-    auto kernel = fwd_kernel_sm90<T, Cfg>;
+    using Tile = FwdSm90Tile<kHeadDim>;
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
     bool usable = false;
-    err = can_run_sm90(kernel, device, usable);
+    err = can_run_sm90(fwd_kernel_sm90<T, typename Tile::type>, device, usable);
     if (err != cudaSuccess || !usable) return err;
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    const dim3 grid(ceil_div(params.shape.seqlen_q, Cfg::kBlockM), params.shape.heads, params.shape.batch);
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
     launched = true;
-    return cudaGetLastError();
+    if (params.causal) return launch_fwd_sm90<T, typename Tile::causal_type>(params, stream);
+    return launch_fwd_sm90<T, typename Tile::type>(params, stream);
   }
   return cudaSuccess;
 }
