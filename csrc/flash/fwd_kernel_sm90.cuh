@@ -21,7 +21,7 @@
 #include "arch/sm90_wgmma.cuh"
 #include "common.cuh"
 #include "fragment_mask.cuh"
-#include "fwd_kernel.cuh"
+#include "fwd_query_block.cuh"
 #include "mask.cuh"
 #include "params.h"
 #include "softmax.cuh"
@@ -114,20 +114,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   const int group_row0 = warpgroup * 64;                  // this warpgroup's queries in the block
   const int warp_row0 = group_row0 + warp_in_group * 16;  // this warp's accumulator rows
   const AttentionShape& shape = p.shape;
-  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest causal blocks are scheduled first
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const int head_k = head / (shape.heads / shape.heads_k);
-  const int m0 = m_block * kBlockM;
-  const int rows_q = min(kBlockM, shape.seqlen_q - m0);
-  const AttentionMask mask{shape.seqlen_q, shape.seqlen_k, p.causal};
-  const int n_blocks = ceil_div(mask.kv_end(m0, rows_q), kBlockN);
-
-  T* out = element_ptr<T>(p.out, batch, m0, head);
-  float* lse = p.lse + row_vector_offset(shape, batch, head, m0);
-  if (n_blocks == 0) {
-    write_empty_rows<Cfg>(out, p.out.row_stride, lse, rows_q, shape.headdim, tid);
-    return;
-  }
+  const auto qb = FwdQueryBlock<kBlockM, kBlockN>::current(p);
+  const int batch = qb.batch, head = qb.head, head_k = qb.head_k, m0 = qb.m0, rows_q = qb.rows_q;
+  const int n_blocks = qb.n_blocks;
+  const AttentionMask& mask = qb.mask;
+  if (qb.template write_empty_rows_if_unseen<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
+  T* out = qb.template out<T>(p);
+  float* lse = qb.lse(p);
   const T* k = element_ptr<T>(p.k, batch, 0, head_k);
   const T* v = element_ptr<T>(p.v, batch, 0, head_k);
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "fwd_kernel.cuh"
+#include "fwd_query_block.cuh"
 #include "launch_api.h"
 #include "launch_fwd_sm90.cuh"
 
@@ -26,12 +27,7 @@ template <> struct FwdTile<256> { using type = FwdConfig<256, 128, 64, 8>; };
 template <typename T, int kHeadDim>
 cudaError_t run_fwd_sm80(const FwdParams& params, cudaStream_t stream) {
   using Cfg = typename FwdTile<kHeadDim>::type;
-  auto kernel = fwd_kernel<T, Cfg>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  const dim3 grid(ceil_div(params.shape.seqlen_q, Cfg::kBlockM), params.shape.heads, params.shape.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
-  return cudaGetLastError();
+  return launch_over_query_blocks<Cfg>(fwd_kernel<T, Cfg>, params, stream);
 }
 
 template <typename T, int kHeadDim>

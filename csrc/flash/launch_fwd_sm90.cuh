@@ -34,16 +34,6 @@ struct FwdSm90Tile<128> {
   using causal_type = type;
 };
 
-template <typename T, typename Cfg>
-cudaError_t launch_fwd_sm90(const FwdParams& params, cudaStream_t stream) {
-  auto kernel = fwd_kernel_sm90<T, Cfg>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  const dim3 grid(ceil_div(params.shape.seqlen_q, Cfg::kBlockM), params.shape.heads, params.shape.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
-  return cudaGetLastError();
-}
-
 // Launches the wgmma forward kernel when possible; `launched` says whether it did.
 template <typename T, int kHeadDim>
 cudaError_t try_run_fwd_sm90(const FwdParams& params, cudaStream_t stream, bool& launched) {
@@ -57,8 +47,10 @@ cudaError_t try_run_fwd_sm90(const FwdParams& params, cudaStream_t stream, bool&
     err = can_run_sm90(fwd_kernel_sm90<T, typename Tile::type>, device, usable);
     if (err != cudaSuccess || !usable) return err;
     launched = true;
-    if (params.causal) return launch_fwd_sm90<T, typename Tile::causal_type>(params, stream);
-    return launch_fwd_sm90<T, typename Tile::type>(params, stream);
+    using CausalCfg = typename Tile::causal_type;
+    using Cfg = typename Tile::type;
+    if (params.causal) return launch_over_query_blocks<CausalCfg>(fwd_kernel_sm90<T, CausalCfg>, params, stream);
+    return launch_over_query_blocks<Cfg>(fwd_kernel_sm90<T, Cfg>, params, stream);
   }
   return cudaSuccess;
 }
