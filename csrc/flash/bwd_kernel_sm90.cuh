@@ -176,11 +176,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
   constexpr int kScoreNT = kBlockM / 8, kHeadNT = kHeadDim / 8, kDqNT = Cfg::kDqCols / 8;
-  // Swizzled wgmma operands need 1024-byte alignment (a name of its own: the other kernels declare
-  // the dynamic shared memory with 16).
-  extern __shared__ __align__(1024) unsigned char smem_aligned_1024[];
-  unsigned char* smem = smem_aligned_1024;
-  if (arch::smem_address(smem) % arch::kSwizzleAtomBytes != 0) __trap();
+  unsigned char* smem = arch::swizzle_aligned_dynamic_smem();
   char* sK = reinterpret_cast<char*>(smem);  // KVTile
   char* sV = sK + Cfg::KVTile::kBytes;       // KVTile
   char* sdS = sV + Cfg::KVTile::kBytes;      // DsTile

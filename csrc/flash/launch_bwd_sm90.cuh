@@ -11,8 +11,8 @@ namespace flash {
 // (sweep, benchmarks/NOTES.md): three query stages 0.5% ahead of two; two warpgroups per CTA ahead
 // of one (hd 128: 452 vs 258 TFLOP/s at 8k). At hd 64, 128-query steps (dQ split by query) beat
 // 64-query steps by 7% at 8k and 1.5% at 2k causal once the tiles were swizzled (they were 1%
-// behind before); at hd 128 they would not fit the registers (S^T and dP^T of 128 queries are 64
-// registers each next to 128 of dK and dV).
+// behind before); at hd 128 they were not tried: by count, S^T and dP^T of 128 queries are 64
+// registers each next to 128 of dK and dV, over the 255 a thread has.
 // `type` serves every shape; `short_causal_type` replaces it for causal attention over at most
 // kShortCausalKeys keys, where the grid is short and the key blocks' work uneven, so smaller CTAs
 // (one warpgroup, 64 keys) balance better: at hd 64, causal, 512 keys 160 vs 139 TFLOP/s; at 2k

@@ -39,6 +39,15 @@ __device__ __forceinline__ uint64_t smem_descriptor_swizzle128(const void* start
   return smem_descriptor(start, leading_bytes, stride_bytes) | (uint64_t{1} << 62);
 }
 
+// The kernel's dynamic shared memory, checked to start 1024-byte aligned as the swizzle needs (it
+// has a name of its own: the sm80 kernels declare theirs with alignment 16, and one name may not
+// carry two alignments in a translation unit).
+__device__ __forceinline__ unsigned char* swizzle_aligned_dynamic_smem() {
+  extern __shared__ __align__(1024) unsigned char smem_aligned_1024[];
+  if (smem_address(smem_aligned_1024) % kSwizzleAtomBytes != 0) __trap();
+  return smem_aligned_1024;
+}
+
 template <int kRows, int kCols>
 struct SwizzledTile {
   static_assert(kRows % 8 == 0 && kCols % 64 == 0, "whole 8-row atoms and 64-column blocks");

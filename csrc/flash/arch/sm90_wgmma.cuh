@@ -44,9 +44,8 @@ __device__ __forceinline__ void wgmma_fence_operand(float (&d)[NT][4]) {
     for (int r = 0; r < 4; ++r) asm volatile("" : "+f"(d[j][r])::"memory");
 }
 
-// The same for register A operands. Fenced after the wait that retires their wgmma, it also keeps
-// them live until then: otherwise ptxas may reuse them for other values while the wgmma still
-// reads them, and then moves the wait up to before that reuse.
+// The same for register A operands: fenced after the wait that retires their wgmma, so that the
+// compiler does not move a later write of those registers above the wait.
 template <int MT, int KS>
 __device__ __forceinline__ void wgmma_fence_operand(uint32_t (&a)[MT][KS][4]) {
 #pragma unroll
