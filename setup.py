@@ -10,6 +10,8 @@ Build variables (all optional):
   FLASH_ATTN_SKIP_CUDA_BUILD=1   pure-Python install (CPU path only)
   FLASH_ATTN_LINEINFO=1   add -lineinfo (for compute-sanitizer and profilers)
   FLASH_ATTN_PTXAS_VERBOSE=1     print registers, spills and shared memory per kernel
+  FLASH_ATTN_DISABLE_{DROPOUT,SOFTCAP,ALIBI,LOCAL,VARLEN}=1   compile a feature out (trimmed dev
+                          builds; calls that need it raise, and its tests skip naming the flag)
   MAX_JOBS                parallel compile jobs (ninja)
 A dev build such as FLASH_ATTN_HDIMS=128 FLASH_ATTN_DTYPES=bf16 FLASH_ATTN_CUDA_ARCHS=90 compiles 2
 kernels instead of 24.
@@ -25,6 +27,9 @@ sys.path.insert(0, os.path.join(ROOT, "csrc"))
 import generate_instantiations  # noqa: E402
 
 ALL_CUDA_ARCHS = ("80", "86", "89", "90")
+FEATURE_FLAGS = ("DROPOUT", "SOFTCAP", "ALIBI", "LOCAL", "VARLEN")
+# Kernel sources compiled once whatever the dtype / head dim selection.
+SHARED_KERNEL_SOURCES = ("csrc/flash/dropout_mask.cu",)
 _ARCH_SUFFIX = {"90": "a"}  # arch-specific features (wgmma) need sm_90a
 
 
@@ -67,17 +72,18 @@ def _cuda_extension():
     hdims = generate_instantiations.parse_selection(_env("FLASH_ATTN_HDIMS"), generate_instantiations.ALL_HEADDIMS,
                                                     "FLASH_ATTN_HDIMS", int)
     kernel_sources = generate_instantiations.generate(os.path.join(ROOT, "csrc", "instantiations"), dtypes, hdims)
-    nvcc_flags = ["-O3", "--expt-relaxed-constexpr", *_gencode_flags()]
+    defines = [f"-DFLASH_ATTN_DISABLE_{name}" for name in FEATURE_FLAGS if _env(f"FLASH_ATTN_DISABLE_{name}") == "1"]
+    nvcc_flags = ["-O3", "--expt-relaxed-constexpr", *_gencode_flags(), *defines]
     if _env("FLASH_ATTN_LINEINFO") == "1":
         nvcc_flags.append("-lineinfo")
     if _env("FLASH_ATTN_PTXAS_VERBOSE") == "1":
         nvcc_flags.append("-Xptxas=-v")
-    sources = [os.path.relpath(p, ROOT) for p in kernel_sources] + ["csrc/torch/ops.cpp"]
+    sources = [os.path.relpath(p, ROOT) for p in kernel_sources] + list(SHARED_KERNEL_SOURCES) + ["csrc/torch/ops.cpp"]
     return CUDAExtension(
         name="flash_attn._C",
         sources=sources,
         include_dirs=[os.path.join(ROOT, "csrc")],
-        extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags},
+        extra_compile_args={"cxx": ["-O3", *defines], "nvcc": nvcc_flags},
     )
 
 

@@ -58,7 +58,7 @@ Buffers allocate(const Problem& pb) {
   for (T** p : {&b.q, &b.k, &b.v, &b.out, &b.dout, &b.dq, &b.dk, &b.dv}) CUDA_OK(cudaMalloc(p, n * sizeof(T)));
   CUDA_OK(cudaMalloc(&b.lse, rows * sizeof(float)));
   CUDA_OK(cudaMalloc(&b.dsum, rows * sizeof(float)));
-  CUDA_OK(cudaMalloc(&b.dq_accum, flash::dq_accum_elements(pb.batch, pb.heads, pb.seqlen, pb.headdim) * sizeof(float)));
+  CUDA_OK(cudaMalloc(&b.dq_accum, (size_t)pb.heads * flash::dq_accum_rows_per_head(false, pb.batch, pb.seqlen, 0) * pb.headdim * sizeof(float)));
   uint32_t seed = 1;
   for (T* p : {b.q, b.k, b.v, b.dout}) fill_random<<<1024, 256>>>(p, n, seed++);
   CUDA_OK(cudaGetLastError());
@@ -80,15 +80,20 @@ flash::BwdParams make_params(const Problem& pb, const Buffers& b) {
   p.fwd.v = view(b.v);
   p.fwd.out = view(b.out);
   p.fwd.lse = b.lse;
+  p.fwd.lse_head_stride = pb.seqlen;
   p.fwd.shape = {pb.batch, pb.seqlen, pb.seqlen, pb.heads, pb.heads, pb.headdim};
   p.fwd.softmax_scale = 1.0f / std::sqrt((float)pb.headdim);
-  p.fwd.scale_log2 = p.fwd.softmax_scale * 1.4426950408889634f;
+  p.fwd.logit_scale = p.fwd.softmax_scale;
+  p.fwd.logit_scale_log2 = p.fwd.softmax_scale * 1.4426950408889634f;
+  p.fwd.window = {-1, pb.causal ? 0 : -1};
+  p.fwd.dropout.keep_prob = 1.f;
   p.fwd.causal = pb.causal;
   p.dout = view(b.dout);
   p.dk = view(b.dk);
   p.dv = view(b.dv);
   p.dq = view(b.dq);
   p.dq_accum = b.dq_accum;
+  p.dq_accum_head_rows = flash::dq_accum_rows_per_head(false, pb.batch, pb.seqlen, 0);
   p.dsum = b.dsum;
   return p;
 }

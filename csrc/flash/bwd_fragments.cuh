@@ -1,20 +1,25 @@
 // Element-wise backward work on fp32 accumulator fragments in the mma.sync C layout (a warp's
-// 16*MT x 8*NT tile), shared by the sm80 and sm90 backward kernels.
+// 16*MT x 8*NT tile of S^T: rows are keys, columns queries), shared by the sm80 and sm90 backward
+// kernels.
 #pragma once
 
 #include "arch/arch.cuh"
 #include "common.cuh"
 #include "dq_accum.cuh"
+#include "dropout.cuh"
 #include "params.h"
+#include "score_mod.cuh"
+#include "sequence.cuh"
 
 namespace flash {
 
-// In place: S^T -> P^T = exp(scale * S^T - lse). Rows are keys, columns queries; lse is indexed by
-// the tile's local query column (col0 + ...), where col0 is the fragment's first column.
+constexpr float kLog2e = 1.4426950408889634f;
+
+// In place: logits x^T -> P^T = exp(x^T * logit_scale - lse). lse is indexed by the tile's local
+// query column (col0 + ...), where col0 is the fragment's first column.
 template <int MT, int NT>
-__device__ __forceinline__ void probs_from_scores(float (&scores_t)[MT][NT][4], const float* lse, int col0,
+__device__ __forceinline__ void probs_from_logits(float (&scores_t)[MT][NT][4], const float* lse, int col0,
                                                   const FwdParams& fwd, int lane) {
-  constexpr float kLog2e = 1.4426950408889634f;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -25,42 +30,79 @@ __device__ __forceinline__ void probs_from_scores(float (&scores_t)[MT][NT][4], 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float& x = scores_t[mt][nt][2 * h + j];
-          x = arch::exp2_approx(fmaf(x, fwd.scale_log2, -lse_log2));
+          x = arch::exp2_approx(fmaf(x, fwd.logit_scale_log2, -lse_log2));
         }
     }
 }
 
-// In place: dP^T -> dS^T = P^T * (dP^T - dsum) * scale, with dsum indexed like lse above.
+// The element pieces dS needs besides P and dP: the score modifiers, the dropout keep bits (null
+// without dropout) and where the fragment sits: key0 the absolute key of its row 0, query0 the
+// absolute query of local query column 0 (the query block's first query).
+template <int MT, int NT>
+struct DscoreContext {
+  const ScoreMod& mod;
+  const KeepBits<MT, NT>* keep;
+  float keep_scale;
+  int key0, query0;
+};
+
+// In place: dP^T -> dS^T = P^T * (dP^T * Z / keep_prob - dsum) * softmax_scale * d(capped)/d(scaled),
+// with Z the keep mask (FlashAttention 2's dropout backward) and dsum = rowsum(dO * O) indexed like
+// lse above. probs_t is P^T before dropout.
 template <int MT, int NT>
 __device__ __forceinline__ void dscores_from_dprobs(float (&dprobs_t)[MT][NT][4], const float (&probs_t)[MT][NT][4],
-                                                    const float* dsum, int col0, const FwdParams& fwd, int lane) {
+                                                    const float* dsum, const float* lse, int col0, const FwdParams& fwd,
+                                                    const DscoreContext<MT, NT>& ctx, int lane) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const float query_dsum = dsum[col0 + nt * arch::kAtomN + arch::acc_col(lane, j)];
+      const int local_query = col0 + nt * arch::kAtomN + arch::acc_col(lane, j);
+      const float query_dsum = dsum[local_query];
+      const float lse_log2 = ctx.mod.has_softcap() ? lse[local_query] * kLog2e : 0.f;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = 2 * h + j;
-          dprobs_t[mt][nt][r] = probs_t[mt][nt][r] * (dprobs_t[mt][nt][r] - query_dsum) * fwd.softmax_scale;
+          float dp = dprobs_t[mt][nt][r];
+          if (ctx.keep != nullptr) dp = ctx.keep->kept(mt, nt, r) ? dp * ctx.keep_scale : 0.f;
+          const float p = probs_t[mt][nt][r];
+          float ds = p * (dp - query_dsum) * fwd.softmax_scale;
+          if (ctx.mod.has_softcap()) {
+            const int key = ctx.key0 + mt * arch::kAtomM + arch::acc_row(lane, r);
+            ds *= ctx.mod.capped_derivative(p, lse_log2, ctx.query0 + local_query, key);
+          }
+          dprobs_t[mt][nt][r] = ds;
         }
     }
+}
+
+// In place: P^T -> P^T * Z / keep_prob, the probabilities dV is taken with.
+template <int MT, int NT>
+__device__ __forceinline__ void drop_probs_bwd(float (&probs_t)[MT][NT][4], const KeepBits<MT, NT>& keep,
+                                               float keep_scale) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) probs_t[mt][nt][r] = keep.kept(mt, nt, r) ? probs_t[mt][nt][r] * keep_scale : 0.f;
 }
 
 // Adds a warp's dQ fragment (rows row0.. of the query block at m0, head-dim columns col0..) into
 // dq_accum with atomics. No bounds checks: dq_accum has whole query blocks and kHeadDim columns.
 template <int kHeadDim, int MT, int NT>
-__device__ __forceinline__ void add_dq_fragment(const float (&dq)[MT][NT][4], const BwdParams& p, int batch, int head,
-                                                int m0, int row0, int col0, int lane) {
+__device__ __forceinline__ void add_dq_fragment(const float (&dq)[MT][NT][4], const BwdParams& p,
+                                                const SequenceView& seq, int head, int m0, int row0, int col0,
+                                                int lane) {
   using Layout = DqAccum<kHeadDim>;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = m0 + row0 + mt * arch::kAtomM + arch::acc_row(lane, 2 * h);
-      float* dq_row = p.dq_accum + Layout::row_offset(p.fwd.shape, batch, head, row);
+      float* dq_row = p.dq_accum + Layout::row_offset(p, seq, head, row);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int col = col0 + nt * arch::kAtomN + arch::acc_col(lane, 0);

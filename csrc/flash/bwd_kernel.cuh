@@ -1,9 +1,11 @@
 // Backward by recomputation: one CTA per (block of kBlockN keys, head, batch). K and V stay in
 // shared memory; the CTA walks the query blocks that can see its keys and, per block:
 //   1. S^T = K.Q^T and dP^T = V.dO^T                         (kBlockN x kBlockM, warps on a grid)
-//      P^T = exp(scale * S^T - lse), dS^T = P^T * (dP^T - dsum) * scale  -> shared memory
+//      P^T = exp(logits^T - lse), dS^T = P^T * (dP^T - dsum) * scale   -> shared memory
+//      (logits with the score modifiers and mask; dropout's keep bits on dP^T and P^T)
 //   2. dV += P^T.dO,  dK += dS^T.Q                            (kBlockN x kHeadDim, registers)
-//   3. dQ += dS.K, added into dq_accum (dq_accum.cuh) with atomics  (kBlockM x kHeadDim)
+//   3. dQ += dS.K, added into dq_accum (dq_accum.cuh) with atomics  (kBlockM x kHeadDim), in a
+//      fixed order of key blocks when deterministic (dq_order.cuh)
 // Each phase has its own warp layout, so every head dim gets a register-sized warp tile.
 // With two stages, the next query block's Q, dO, lse and dsum load during the current one.
 #pragma once
@@ -12,7 +14,10 @@
 #include "bwd_fragments.cuh"
 #include "bwd_key_block.cuh"
 #include "common.cuh"
-#include "fragment_mask.cuh"
+#include "dropout.cuh"
+#include "fragment_scores.cuh"
+#include "score_mod.cuh"
+#include "sequence.cuh"
 #include "mask.cuh"
 #include "params.h"
 #include "tile_io.cuh"
@@ -51,6 +56,7 @@ struct BwdConfig {
   static constexpr int kScoreBytes = kBlockN * kScoreStride * 2;
   static constexpr int kStageBytes = 2 * kBlockM * kStride * 2 + 2 * kBlockM * 4;
   static constexpr int smem_bytes(int stages) { return 2 * kKVBytes + 2 * kScoreBytes + stages * kStageBytes; }
+  static_assert(kBlockM >= kMinBwdBlockM, "the deterministic counters are sized for kMinBwdBlockM");
   static_assert(kHeadDim % arch::kAtomK == 0 && kBlockM % arch::kAtomK == 0 && kBlockN % arch::kAtomK == 0,
                 "whole k-steps");
 };
@@ -73,25 +79,26 @@ struct QueryStage {
   }
 };
 
-template <typename T, typename Cfg>
-__device__ __forceinline__ void load_query_stage_async(const QueryStage<T, Cfg>& stage, const BwdParams& p, int batch,
-                                                       int head, int m0, int tid) {
-  const AttentionShape& shape = p.fwd.shape;
-  const int rows = min(Cfg::kBlockM, shape.seqlen_q - m0);
-  load_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(stage.q, element_ptr<T>(p.fwd.q, batch, m0, head),
-                                                              p.fwd.q.row_stride, rows, shape.headdim, tid);
-  load_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(stage.dout, element_ptr<T>(p.dout, batch, m0, head),
-                                                              p.dout.row_stride, rows, shape.headdim, tid);
-  const int64_t vector_offset = row_vector_offset(shape, batch, head, m0);
+template <typename T, typename Cfg, typename KeyBlock>
+__device__ __forceinline__ void load_query_stage_async(const QueryStage<T, Cfg>& stage, const BwdParams& p,
+                                                       const KeyBlock& kb, int m0, int tid) {
+  const int rows = min(Cfg::kBlockM, kb.seq.seqlen_q - m0), headdim = p.fwd.shape.headdim;
+  load_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
+      stage.q, kb.seq.template q_side<T>(p.fwd.q, m0, kb.head), p.fwd.q.row_stride, rows, headdim, tid);
+  load_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
+      stage.dout, kb.seq.template q_side<T>(p.dout, m0, kb.head), p.dout.row_stride, rows, headdim, tid);
+  const int64_t vector_offset = kb.query_vector_offset(p, m0);
   load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.lse, p.fwd.lse + vector_offset, rows, tid);
   load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.dsum, p.dsum + vector_offset, rows, tid);
 }
 
-// Phase 1: this warp's tile of P^T and dS^T (keys x queries), written to shared memory as T.
+// Phase 1: this warp's tile of P^T (dropped entries zeroed, kept ones scaled) and dS^T (keys x
+// queries), written to shared memory as T.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const T* sK, const T* sV,
                                                           const QueryStage<T, Cfg>& stage, const BwdParams& p,
-                                                          const AttentionMask& mask, bool needs_mask, int m0, int n0,
+                                                          const AttentionMask& mask, const ScoreMod& mod,
+                                                          const Dropout& dropout, bool needs_mask, int m0, int n0,
                                                           int warp, int lane) {
   using Grid = typename Cfg::ScoreGrid;
   constexpr int kMT = Grid::kMT, kNT = Grid::kNT, kKSteps = Cfg::kHeadDim / arch::kAtomK;
@@ -105,17 +112,21 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
   arch::warp_gemm_ss<kMT, kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
       dprobs_t, sV, Cfg::kStride, key0, stage.dout, Cfg::kStride, query0, lane);
 
-  if (needs_mask) mask_score_fragment</*kRowsAreKeys=*/true>(scores_t, mask, n0 + key0, m0 + query0, lane);
-  probs_from_scores(scores_t, stage.lse, query0, p.fwd, lane);
-  dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, query0, p.fwd, lane);
+  scores_to_logits</*kRowsAreKeys=*/true>(scores_t, mask, mod, needs_mask, n0 + key0, m0 + query0, lane);
+  probs_from_logits(scores_t, stage.lse, query0, p.fwd, lane);
+  KeepBits<kMT, kNT> keep;
+  if (dropout.enabled) keep = keep_bits_bwd<kMT, kNT>(dropout, n0 + key0, m0 + query0, lane);
+  const DscoreContext<kMT, kNT> ctx{mod, dropout.enabled ? &keep : nullptr, dropout.keep_scale, n0 + key0, m0};
+  dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, query0, p.fwd, ctx, lane);
+  if (dropout.enabled) drop_probs_bwd(scores_t, keep, dropout.keep_scale);
   arch::store_accumulators<kMT, kNT, T>(sPt, Cfg::kScoreStride, key0, query0, scores_t, lane);
   arch::store_accumulators<kMT, kNT, T>(sdSt, Cfg::kScoreStride, key0, query0, dprobs_t, lane);
 }
 
 // Phase 3: dQ (queries x head dim) of this warp's tile, added into the float32 buffer.
 template <typename T, typename Cfg>
-__device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const BwdParams& p, int batch, int head,
-                                              int m0, int warp, int lane) {
+__device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const BwdParams& p, const SequenceView& seq,
+                                              int head, int m0, int warp, int lane) {
   using Grid = typename Cfg::DqGrid;
   constexpr int kMT = Grid::kMT, kNT = Grid::kNT;
   const int query0 = Grid::row0(warp), dim0 = Grid::col0(warp);
@@ -123,10 +134,11 @@ __device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const 
   arch::zero_accumulators(dq);
   arch::warp_gemm_ss<kMT, kNT, Cfg::kBlockN / arch::kAtomK, arch::Layout::kColMajorKM, arch::BLayout::kKN>(
       dq, sdSt, Cfg::kScoreStride, query0, sK, Cfg::kStride, dim0, lane);
-  add_dq_fragment<Cfg::kHeadDim>(dq, p, batch, head, m0, query0, dim0, lane);
+  add_dq_fragment<Cfg::kHeadDim>(dq, p, seq, head, m0, query0, dim0, lane);
 }
 
-template <typename T, typename Cfg>
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
+template <typename T, typename Cfg, bool kScoreExtras>
 __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, int stages) {
   using KVGrid = typename Cfg::KVGrid;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
@@ -138,17 +150,18 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
   unsigned char* stage_base = reinterpret_cast<unsigned char*>(sdSt + kBlockN * Cfg::kScoreStride);
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
-  const AttentionShape& shape = p.fwd.shape;
   const auto kb = BwdKeyBlock<kBlockM, kBlockN>::current(p);
-  const int batch = kb.batch, head = kb.head, n0 = kb.n0, m_first = kb.m_first, m_last = kb.m_last;
+  if (kb.template done_without_queries<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
+  const int head = kb.head, n0 = kb.n0, m_first = kb.m_first, m_last = kb.m_last, headdim = p.fwd.shape.headdim;
   const AttentionMask& mask = kb.mask;
-  if (kb.template zero_gradients_if_unseen<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
+  const ScoreMod mod = kScoreExtras ? kb.score_mod(p) : ScoreMod::none();
+  const Dropout dropout = kScoreExtras ? kb.dropout(p) : Dropout::none();
 
-  load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sK, element_ptr<T>(p.fwd.k, batch, n0, kb.head_k),
-                                                         p.fwd.k.row_stride, kb.rows_k, shape.headdim, tid);
-  load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sV, element_ptr<T>(p.fwd.v, batch, n0, kb.head_k),
-                                                         p.fwd.v.row_stride, kb.rows_k, shape.headdim, tid);
-  load_query_stage_async(QueryStage<T, Cfg>::at(stage_base), p, batch, head, m_first * kBlockM, tid);
+  load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sK, kb.template key_rows<T>(p.fwd.k, kb.head_k),
+                                                         p.fwd.k.row_stride, kb.rows_k, headdim, tid);
+  load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sV, kb.template key_rows<T>(p.fwd.v, kb.head_k),
+                                                         p.fwd.v.row_stride, kb.rows_k, headdim, tid);
+  load_query_stage_async(QueryStage<T, Cfg>::at(stage_base), p, kb, m_first * kBlockM, tid);
   arch::cp_async_commit();
 
   float dk_acc[KVGrid::kMT][KVGrid::kNT][4];  // this warp's (keys x head dim) tile of dK
@@ -164,13 +177,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
     arch::cp_async_wait<0>();
     __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
     if (stages == 2 && m_block < m_last) {
-      load_query_stage_async(QueryStage<T, Cfg>::at(stage_base + (1 - stage_index) * Cfg::kStageBytes), p, batch,
-                             head, m0 + kBlockM, tid);
+      load_query_stage_async(QueryStage<T, Cfg>::at(stage_base + (1 - stage_index) * Cfg::kStageBytes), p, kb,
+                             m0 + kBlockM, tid);
       arch::cp_async_commit();
     }
 
     const bool needs_mask = !mask.block_fully_visible(m0, kBlockM, n0, kBlockN);
-    compute_probs_and_dscores<T, Cfg>(sPt, sdSt, sK, sV, stage, p, mask, needs_mask, m0, n0, warp, lane);
+    compute_probs_and_dscores<T, Cfg>(sPt, sdSt, sK, sV, stage, p, mask, mod, dropout, needs_mask, m0, n0, warp, lane);
     __syncthreads();
 
     constexpr int kKSteps = kBlockM / arch::kAtomK;
@@ -178,11 +191,21 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
         dv_acc, sPt, Cfg::kScoreStride, kv_key0, stage.dout, Cfg::kStride, kv_dim0, lane);
     arch::warp_gemm_ss<KVGrid::kMT, KVGrid::kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kKN>(
         dk_acc, sdSt, Cfg::kScoreStride, kv_key0, stage.q, Cfg::kStride, kv_dim0, lane);
-    accumulate_dq<T, Cfg>(sdSt, sK, p, batch, head, m0, warp, lane);
+    const auto turn = kb.dq_turn(p, m_block);  // deterministic: add after the earlier key blocks
+    if (turn.counter != nullptr) {
+      if (tid == 0) turn.wait();
+      __syncthreads();
+    }
+    accumulate_dq<T, Cfg>(sdSt, sK, p, kb.seq, head, m0, warp, lane);
+    if (turn.counter != nullptr) {
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) turn.release();
+    }
 
     if (stages == 1 && m_block < m_last) {
       __syncthreads();  // every warp is done with this block's Q and dO
-      load_query_stage_async(stage, p, batch, head, m0 + kBlockM, tid);
+      load_query_stage_async(stage, p, kb, m0 + kBlockM, tid);
       arch::cp_async_commit();
     }
   }
@@ -191,10 +214,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
   arch::store_accumulators<KVGrid::kMT, KVGrid::kNT, T>(sK, Cfg::kStride, kv_key0, kv_dim0, dk_acc, lane);
   arch::store_accumulators<KVGrid::kMT, KVGrid::kNT, T>(sV, Cfg::kStride, kv_key0, kv_dim0, dv_acc, lane);
   __syncthreads();
-  store_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(kb.template rows_of<T>(p.dk), p.dk.row_stride, sK, kb.rows_k,
-                                                    shape.headdim, tid);
-  store_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(kb.template rows_of<T>(p.dv), p.dv.row_stride, sV, kb.rows_k,
-                                                    shape.headdim, tid);
+  store_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(kb.template key_rows<T>(p.dk, head), p.dk.row_stride, sK,
+                                                    kb.rows_k, headdim, tid);
+  store_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(kb.template key_rows<T>(p.dv, head), p.dv.row_stride, sV,
+                                                    kb.rows_k, headdim, tid);
 }
 
 }  // namespace flash

@@ -2,7 +2,8 @@
 // arguments as bwd_kernel.cuh; one CTA per (block of 64 or 128 keys, head, batch), one or two
 // warpgroups, each owning 64 of the keys. Per block of kBlockM queries, each warpgroup:
 //   1. S^T = K.Q^T, dP^T = V.dO^T        (64 keys x kBlockM, A and B from shared memory)
-//      P^T = exp(scale * S^T - lse), dS^T = P^T * (dP^T - dsum) * scale, in registers
+//      P^T = exp(logits^T - lse), dS^T = P^T * (dP^T - dsum) * scale, in registers (logits with
+//      the score modifiers and mask; dropout's keep bits on the dV operand P^T and on dP^T)
 //   2. dV += P^T.dO, dK += dS^T.Q        (64 keys x hd; A = P^T / dS^T straight from registers,
 //                                         which is what the sm80 kernel cannot do with its grids)
 //      issued so that the exponentials run under the dP^T wgmmas and dS^T under the dV ones
@@ -10,8 +11,9 @@
 //                                         or, with 128-query steps, by query; dS^T of all
 //                                         warpgroups through shared memory), written to a shared
 //                                         copy of the dq_accum tile
-// One thread then adds the whole dQ tile into dq_accum with a single bulk reduction (TMA engine),
-// overlapped with the next query block: per-element atomics from every thread kept L2 two-thirds
+// One thread then adds the whole dQ tile into dq_accum with a single bulk reduction (TMA engine;
+// in a fixed order of key blocks when deterministic, dq_order.cuh), overlapped with the next query
+// block: per-element atomics from every thread kept L2 two-thirds
 // busy and stalled the warps that issued them (ncu, benchmarks/NOTES.md).
 // K, V, Q and dO use the 128-byte swizzled layout of arch/sm90_swizzled_tile.cuh (whole-line global
 // reads), dS^T the core-matrix layout of arch/sm90_wgmma.cuh (written from registers); the next
@@ -25,7 +27,10 @@
 #include "bwd_key_block.cuh"
 #include "common.cuh"
 #include "dq_accum.cuh"
-#include "fragment_mask.cuh"
+#include "dropout.cuh"
+#include "fragment_scores.cuh"
+#include "score_mod.cuh"
+#include "sequence.cuh"
 #include "mask.cuh"
 #include "params.h"
 #include "tile_io.cuh"
@@ -47,6 +52,7 @@ struct BwdSm90Config {
   static constexpr int kDqCols = kDqSplitByQuery ? kHeadDim : kHeadDim / kWarpgroups;
   static_assert(kBlockM == 64 * (kDqSplitByQuery ? 2 : 1), "one m64 dQ wgmma per warpgroup");
   static_assert(kWarpgroups == 1 || kWarpgroups == 2, "one or two warpgroups");
+  static_assert(kBlockM >= kMinBwdBlockM, "the deterministic counters are sized for kMinBwdBlockM");
   using KVTile = arch::SwizzledTile<kBlockN, kHeadDim>;  // K, V: rows keys
   using QTile = arch::SwizzledTile<kBlockM, kHeadDim>;   // Q, dO: rows queries
   using DsTile = arch::CoreTile<kBlockN, kBlockM>;       // dS^T: rows keys, columns queries
@@ -84,16 +90,15 @@ struct QueryStageSm90 {
   }
 };
 
-template <typename T, typename Cfg>
-__device__ __forceinline__ void load_query_stage_sm90(const QueryStageSm90<Cfg>& stage, const BwdParams& p, int batch,
-                                                      int head, int m0, int tid) {
-  const AttentionShape& shape = p.fwd.shape;
-  const int rows = min(Cfg::kBlockM, shape.seqlen_q - m0);
+template <typename T, typename Cfg, typename KeyBlock>
+__device__ __forceinline__ void load_query_stage_sm90(const QueryStageSm90<Cfg>& stage, const BwdParams& p,
+                                                      const KeyBlock& kb, int m0, int tid) {
+  const int rows = min(Cfg::kBlockM, kb.seq.seqlen_q - m0), headdim = p.fwd.shape.headdim;
   arch::load_swizzled_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
-      stage.q, element_ptr<T>(p.fwd.q, batch, m0, head), p.fwd.q.row_stride, rows, shape.headdim, tid);
+      stage.q, kb.seq.template q_side<T>(p.fwd.q, m0, kb.head), p.fwd.q.row_stride, rows, headdim, tid);
   arch::load_swizzled_tile_async<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(
-      stage.dout, element_ptr<T>(p.dout, batch, m0, head), p.dout.row_stride, rows, shape.headdim, tid);
-  const int64_t vector_offset = row_vector_offset(shape, batch, head, m0);
+      stage.dout, kb.seq.template q_side<T>(p.dout, m0, kb.head), p.dout.row_stride, rows, headdim, tid);
+  const int64_t vector_offset = kb.query_vector_offset(p, m0);
   load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.lse, p.fwd.lse + vector_offset, rows, tid);
   load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.dsum, p.dsum + vector_offset, rows, tid);
 }
@@ -164,14 +169,24 @@ __device__ __forceinline__ void store_dq_sm90(float* sdQ, const float (&dq)[1][N
 }
 
 // dq_accum tile of the query block at m0 += sdQ: one bulk reduction, issued by one thread.
-template <typename Cfg>
-__device__ __forceinline__ void reduce_dq_tile(const BwdParams& p, const float* sdQ, int batch, int head, int m0) {
-  arch::bulk_reduce_add_f32(p.dq_accum + DqAccum<Cfg::kHeadDim>::row_offset(p.fwd.shape, batch, head, m0), sdQ,
+// Deterministic (turn.counter set): after the earlier key blocks' adds, and complete before the
+// next block's turn, which serializes this thread on the reduction's completion.
+template <typename Cfg, typename Turn>
+__device__ __forceinline__ void reduce_dq_tile(const BwdParams& p, const float* sdQ, const SequenceView& seq, int head,
+                                               int m0, const Turn& turn) {
+  turn.wait();
+  arch::bulk_reduce_add_f32(p.dq_accum + DqAccum<Cfg::kHeadDim>::row_offset(p, seq, head, m0), sdQ,
                             Cfg::kDqTileBytes);
   arch::bulk_commit();
+  if (turn.counter != nullptr) {
+    arch::bulk_wait_complete<0>();
+    arch::fence_proxy_async_global();
+    turn.release();
+  }
 }
 
-template <typename T, typename Cfg>
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
+template <typename T, typename Cfg, bool kScoreExtras>
 __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
@@ -187,22 +202,23 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   const int warpgroup = tid / arch::kWarpgroupThreads, warp_in_group = (tid / arch::kWarpSize) % 4;
   const int group_key0 = warpgroup * 64;                  // this warpgroup's keys in the block
   const int warp_key0 = group_key0 + warp_in_group * 16;  // this warp's accumulator rows
-  const AttentionShape& shape = p.fwd.shape;
   const auto kb = BwdKeyBlock<kBlockM, kBlockN>::current(p);
-  const int batch = kb.batch, head = kb.head, n0 = kb.n0, m_first = kb.m_first, m_last = kb.m_last;
+  if (kb.template done_without_queries<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
+  const int head = kb.head, n0 = kb.n0, m_first = kb.m_first, m_last = kb.m_last, headdim = p.fwd.shape.headdim;
   const AttentionMask& mask = kb.mask;
-  if (kb.template zero_gradients_if_unseen<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
+  const ScoreMod mod = kScoreExtras ? kb.score_mod(p) : ScoreMod::none();
+  const Dropout dropout = kScoreExtras ? kb.dropout(p) : Dropout::none();
 
   arch::load_swizzled_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(
-      sK, element_ptr<T>(p.fwd.k, batch, n0, kb.head_k), p.fwd.k.row_stride, kb.rows_k, shape.headdim, tid);
+      sK, kb.template key_rows<T>(p.fwd.k, kb.head_k), p.fwd.k.row_stride, kb.rows_k, headdim, tid);
   arch::load_swizzled_tile_async<kBlockN, kHeadDim, Cfg::kThreads>(
-      sV, element_ptr<T>(p.fwd.v, batch, n0, kb.head_k), p.fwd.v.row_stride, kb.rows_k, shape.headdim, tid);
+      sV, kb.template key_rows<T>(p.fwd.v, kb.head_k), p.fwd.v.row_stride, kb.rows_k, headdim, tid);
   // One commit group per query block, empty past the last one, so that "all but the newest
   // kStages - 2 groups" is always "up to the current block".
 #pragma unroll
   for (int ahead = 0; ahead < Cfg::kStages - 1; ++ahead) {
     if (m_first + ahead <= m_last)
-      load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + ahead * Cfg::kStageBytes), p, batch, head,
+      load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + ahead * Cfg::kStageBytes), p, kb,
                                     (m_first + ahead) * kBlockM, tid);
     arch::cp_async_commit();
   }
@@ -219,13 +235,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     arch::cp_async_wait<Cfg::kStages - 2>();
     arch::fence_proxy_async();
     __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
-    if (tid == 0 && m_block > m_first) reduce_dq_tile<Cfg>(p, sdQ, batch, head, m0 - kBlockM);
+    if (tid == 0 && m_block > m_first) reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m0 - kBlockM, kb.dq_turn(p, m_block - 1));
     {  // the stage of the previous block, which every warp is done with, loads block m + kStages - 1
       const int next = m_block + Cfg::kStages - 1;
       if (next <= m_last)
         load_query_stage_sm90<T, Cfg>(
-            QueryStageSm90<Cfg>::at(stage_base + ((next - m_first) % Cfg::kStages) * Cfg::kStageBytes), p, batch,
-            head, next * kBlockM, tid);
+            QueryStageSm90<Cfg>::at(stage_base + ((next - m_first) % Cfg::kStages) * Cfg::kStageBytes), p, kb,
+            next * kBlockM, tid);
       arch::cp_async_commit();
     }
 
@@ -237,16 +253,25 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     issue_scores_and_dprobs_sm90<T, Cfg>(scores_t, dprobs_t, sK, sV, stage, group_key0);
     arch::wgmma_wait<1>();  // S^T is done; dP^T may still run
     arch::wgmma_fence_operand(scores_t[0]);
-    if (!mask.block_fully_visible(m0, kBlockM, n0, kBlockN))
-      mask_score_fragment</*kRowsAreKeys=*/true>(scores_t, mask, n0 + warp_key0, m0, lane);
-    probs_from_scores(scores_t, stage.lse, 0, p.fwd, lane);
-    uint32_t probs_a[1][kBlockM / 16][4];
-    arch::accumulators_to_a_fragments<T>(probs_a, scores_t);
+    scores_to_logits</*kRowsAreKeys=*/true>(scores_t, mask, mod, !mask.block_fully_visible(m0, kBlockM, n0, kBlockN),
+                                            n0 + warp_key0, m0, lane);
+    probs_from_logits(scores_t, stage.lse, 0, p.fwd, lane);
+    uint32_t probs_a[1][kBlockM / 16][4];  // P^T with dropout applied, the A operand of dV
+    KeepBits<1, kScoreNT> keep;
+    if (dropout.enabled) {
+      keep = keep_bits_bwd<1, kScoreNT>(dropout, n0 + warp_key0, m0, lane);
+      arch::accumulators_to_a_fragments<T>(probs_a, scores_t, [&](float prob, int mt, int nt, int r) {
+        return keep.kept(mt, nt, r) ? prob * dropout.keep_scale : 0.f;
+      });
+    } else {
+      arch::accumulators_to_a_fragments<T>(probs_a, scores_t);
+    }
     issue_kv_gradient_sm90<T, Cfg>(dv_acc, probs_a, stage.dout);  // dV += P^T.dO
 
     arch::wgmma_wait<1>();  // dP^T is done; dV may still run
     arch::wgmma_fence_operand(dprobs_t[0]);
-    dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, 0, p.fwd, lane);
+    const DscoreContext<1, kScoreNT> ctx{mod, dropout.enabled ? &keep : nullptr, dropout.keep_scale, n0 + warp_key0, m0};
+    dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, 0, p.fwd, ctx, lane);
     store_dscores_sm90<T, Cfg>(sdS, dprobs_t, warp_key0, lane);
     arch::fence_proxy_async();
     uint32_t dscores_a[1][kBlockM / 16][4];
@@ -275,7 +300,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   }
   __syncthreads();  // the last block's dQ tile is complete
   if (tid == 0) {
-    reduce_dq_tile<Cfg>(p, sdQ, batch, head, m_last * kBlockM);
+    reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m_last * kBlockM, kb.dq_turn(p, m_last));
     arch::bulk_wait_complete<0>();
   }
 
@@ -286,10 +311,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   arch::store_accumulators<1, kHeadNT, T>(sdK, Cfg::kEpilogueStride, warp_key0, 0, dk_acc, lane);
   arch::store_accumulators<1, kHeadNT, T>(sdV, Cfg::kEpilogueStride, warp_key0, 0, dv_acc, lane);
   __syncthreads();
-  store_tile<kBlockN, kHeadDim, Cfg::kThreads>(kb.template rows_of<T>(p.dk), p.dk.row_stride, sdK, kb.rows_k,
-                                               shape.headdim, tid);
-  store_tile<kBlockN, kHeadDim, Cfg::kThreads>(kb.template rows_of<T>(p.dv), p.dv.row_stride, sdV, kb.rows_k,
-                                               shape.headdim, tid);
+  store_tile<kBlockN, kHeadDim, Cfg::kThreads>(kb.template key_rows<T>(p.dk, head), p.dk.row_stride, sdK, kb.rows_k,
+                                               headdim, tid);
+  store_tile<kBlockN, kHeadDim, Cfg::kThreads>(kb.template key_rows<T>(p.dv, head), p.dv.row_stride, sdV, kb.rows_k,
+                                               headdim, tid);
 #else
   __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
 #endif

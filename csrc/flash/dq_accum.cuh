@@ -1,17 +1,19 @@
 // The float32 buffer dQ is summed in across key blocks, and the pass that converts it to dq.
 //
-// Layout (sizes in params.h): (batch, heads, dq_accum_rows(seqlen_q), kHeadDim), contiguous, so
-// the rows of one query block of one head form one contiguous tile: the sm90 kernel adds a whole
-// tile with one bulk reduction from a shared-memory copy. Within a row, the 16-byte units (4
-// floats) are XOR-swizzled by row % 8 (unit v stored at v ^ (row % 8)): every row of such a tile
-// starts at the same bank, and by the bank arithmetic the swizzle spreads a warp's fragment
-// stores (8 rows x 32 bytes) over all banks, 2 wavefronts instead of 8 (not isolated in a profile). kHeadDim is a multiple of 32, so the swizzle stays
-// inside the row.
+// Layout (params.h): (heads, dq_accum_head_rows, kHeadDim), each sequence's rows starting at its
+// SequenceView::dq_accum_row0 with kDqAccumRowMultiple spare rows after it, so the rows of one
+// query block of one head form one contiguous tile: the sm90 kernel adds a whole tile with one bulk
+// reduction from a shared-memory copy. Within a row, the 16-byte units (4 floats) are XOR-swizzled
+// by (row within the sequence) % 8 (unit v stored at v ^ (row % 8)): every row of such a tile
+// starts at the same bank, and by the bank arithmetic the swizzle spreads a warp's fragment stores
+// (8 rows x 32 bytes) over all banks, 2 wavefronts instead of 8 (not isolated in a profile).
+// kHeadDim is a multiple of 32, so the swizzle stays inside the row. The op zeroes the buffer.
 #pragma once
 
 #include "arch/arch.cuh"
 #include "common.cuh"
 #include "params.h"
+#include "sequence.cuh"
 
 namespace flash {
 
@@ -19,9 +21,9 @@ template <int kHeadDim>
 struct DqAccum {
   static_assert(kHeadDim % 32 == 0, "8 or more whole 16-byte units per row");
 
-  // Offset of the row's first element (query row `row` of (batch, head)).
-  __device__ __forceinline__ static int64_t row_offset(const AttentionShape& s, int batch, int head, int row) {
-    return ((static_cast<int64_t>(batch) * s.heads + head) * dq_accum_rows(s.seqlen_q) + row) * kHeadDim;
+  // Offset of the first element of query row `row` (within the sequence) of `head`.
+  __device__ __forceinline__ static int64_t row_offset(const BwdParams& p, const SequenceView& seq, int head, int row) {
+    return (head * p.dq_accum_head_rows + seq.dq_accum_row0 + row) * kHeadDim;
   }
 
   // Offset of column `col` inside row `row` (any row of the same row % 8 gives the same answer).
@@ -30,7 +32,8 @@ struct DqAccum {
   }
 };
 
-// dq[b, i, h, :headdim] = dq_accum row (b, h, i), converted to T. One thread per 4 columns.
+// dq[b, i, h, :headdim] = dq_accum row (b, h, i), converted to T. One thread per 4 columns; rows
+// (b, h, i < seqlen_q of the grid), those past a sequence's own length skipped.
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(256) convert_dq_kernel(const BwdParams p) {
   constexpr int kUnits = kHeadDim / 4;
@@ -42,12 +45,14 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const BwdParams p) {
   const int row = static_cast<int>(row_id % shape.seqlen_q);
   const int head = static_cast<int>((row_id / shape.seqlen_q) % shape.heads);
   const int batch = static_cast<int>(row_id / (static_cast<int64_t>(shape.seqlen_q) * shape.heads));
-  const float* dq_row = p.dq_accum + DqAccum<kHeadDim>::row_offset(shape, batch, head, row);
+  const SequenceView seq = SequenceView::of(p.fwd, batch);
+  if (row >= seq.seqlen_q) return;
+  const float* dq_row = p.dq_accum + DqAccum<kHeadDim>::row_offset(p, seq, head, row);
   const float4 v = *reinterpret_cast<const float4*>(dq_row + DqAccum<kHeadDim>::col_offset(row, 4 * unit));
   uint2 packed;
   packed.x = arch::pack_pair<T>(v.x, v.y);
   packed.y = arch::pack_pair<T>(v.z, v.w);
-  *reinterpret_cast<uint2*>(element_ptr<T>(p.dq, batch, row, head) + 4 * unit) = packed;
+  *reinterpret_cast<uint2*>(seq.q_side<T>(p.dq, row, head) + 4 * unit) = packed;
 }
 
 template <typename T, int kHeadDim>

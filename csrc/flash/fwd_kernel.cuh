@@ -1,12 +1,15 @@
 // Forward: one CTA per (block of kBlockM queries, head, batch). Each warp owns kWarpRows query
-// rows; the CTA walks K/V blocks from the last visible one down to 0 (so the causal blocks that
-// need masking come first), computing S = Q.K^T, the online softmax, and O += P.V, with P kept in
-// registers. K[n-1] loads while P.V[n] runs and V[n] loads while Q.K[n]^T runs (cp.async).
+// rows; the CTA walks the visible K/V blocks from the last one down (so the causal blocks that
+// need masking come first), computing S = Q.K^T, the logits (score modifiers, mask), the online
+// softmax, and O += P.V, with P kept in registers (dropped entries zeroed when dropout is on).
+// K[n-1] loads while P.V[n] runs and V[n] loads while Q.K[n]^T runs (cp.async).
 #pragma once
 
 #include "arch/arch.cuh"
 #include "common.cuh"
-#include "fragment_mask.cuh"
+#include "dropout.cuh"
+#include "fragment_scores.cuh"
+#include "fwd_query_block.cuh"
 #include "mask.cuh"
 #include "params.h"
 #include "softmax.cuh"
@@ -31,14 +34,6 @@ struct FwdConfig {
   static_assert(kHeadDim % arch::kAtomK == 0 && kBlockN % (2 * arch::kAtomN) == 0, "whole k-steps and atom pairs");
 };
 
-// Output and lse of a query block that sees no key: zeros and +inf.
-template <typename Cfg, typename T>
-__device__ __forceinline__ void write_empty_rows(T* out, int64_t out_row_stride, float* lse, int rows, int headdim,
-                                                 int tid) {
-  zero_tile<Cfg::kBlockM, Cfg::kHeadDim, Cfg::kThreads>(out, out_row_stride, rows, headdim, tid);
-  for (int row = tid; row < rows; row += Cfg::kThreads) lse[row] = INFINITY;
-}
-
 template <typename Cfg, typename T>
 __device__ __forceinline__ void load_kv_block_async(T* smem, const T* gmem, int64_t row_stride, int n_block,
                                                     int seqlen_k, int headdim, int tid) {
@@ -57,27 +52,19 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
   T* sV = sK + kBlockN * kStride;      // (kBlockN, kStride)
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
-  const AttentionShape& shape = p.shape;
-  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest causal blocks are scheduled first
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const int head_k = head / (shape.heads / shape.heads_k);
-  const int m0 = m_block * kBlockM;
-  const int rows_q = min(kBlockM, shape.seqlen_q - m0);
-  const AttentionMask mask{shape.seqlen_q, shape.seqlen_k, p.causal};
-  const int n_blocks = ceil_div(mask.kv_end(m0, rows_q), kBlockN);
+  record_rng_state(p.dropout, tid);
+  const auto qb = FwdQueryBlock<kBlockM, kBlockN>::current(p);
+  if (qb.template done_without_keys<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
+  const int m0 = qb.m0, rows_q = qb.rows_q, seqlen_k = qb.seq.seqlen_k, headdim = p.shape.headdim;
+  const AttentionMask& mask = qb.mask;
+  const ScoreMod mod = qb.score_mod(p);
+  const Dropout dropout = qb.dropout(p);
+  const T* q = qb.seq.template q_side<T>(p.q, m0, qb.head);
+  const T* k = qb.seq.template k_side<T>(p.k, 0, qb.head_k);
+  const T* v = qb.seq.template k_side<T>(p.v, 0, qb.head_k);
 
-  T* out = element_ptr<T>(p.out, batch, m0, head);
-  float* lse = p.lse + row_vector_offset(shape, batch, head, m0);
-  if (n_blocks == 0) {
-    write_empty_rows<Cfg>(out, p.out.row_stride, lse, rows_q, shape.headdim, tid);
-    return;
-  }
-  const T* q = element_ptr<T>(p.q, batch, m0, head);
-  const T* k = element_ptr<T>(p.k, batch, 0, head_k);
-  const T* v = element_ptr<T>(p.v, batch, 0, head_k);
-
-  load_tile_async<kBlockM, Cfg::kHeadDim, Cfg::kThreads>(sQ, q, p.q.row_stride, rows_q, shape.headdim, tid);
-  load_kv_block_async<Cfg>(sK, k, p.k.row_stride, n_blocks - 1, shape.seqlen_k, shape.headdim, tid);
+  load_tile_async<kBlockM, Cfg::kHeadDim, Cfg::kThreads>(sQ, q, p.q.row_stride, rows_q, headdim, tid);
+  load_kv_block_async<Cfg>(sK, k, p.k.row_stride, qb.n_end - 1, seqlen_k, headdim, tid);
   arch::cp_async_commit();
 
   const int warp_m0 = warp * Cfg::kWarpRows;  // this warp's first row inside the block
@@ -86,8 +73,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
   OnlineSoftmax<kMT> softmax;
   softmax.init();
 
-  for (int n_block = n_blocks - 1; n_block >= 0; --n_block) {
-    load_kv_block_async<Cfg>(sV, v, p.v.row_stride, n_block, shape.seqlen_k, shape.headdim, tid);
+  for (int n_block = qb.n_end - 1; n_block >= qb.n_begin; --n_block) {
+    load_kv_block_async<Cfg>(sV, v, p.v.row_stride, n_block, seqlen_k, headdim, tid);
     arch::cp_async_commit();
     arch::cp_async_wait<1>();  // Q and K[n_block] have landed
     __syncthreads();
@@ -97,14 +84,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
     arch::warp_gemm_ss<kMT, kNT, Cfg::kHeadDim / arch::kAtomK, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
         scores, sQ, kStride, warp_m0, sK, kStride, 0, lane);
     const int n0 = n_block * kBlockN;
-    if (!mask.block_fully_visible(m0, rows_q, n0, kBlockN))
-      mask_score_fragment</*kRowsAreKeys=*/false>(scores, mask, m0 + warp_m0, n0, lane);
-    softmax.update(scores, acc, p.scale_log2);
+    scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod, !mask.block_fully_visible(m0, rows_q, n0, kBlockN),
+                                             m0 + warp_m0, n0, lane);
+    softmax.update(scores, acc, p.logit_scale_log2);
+    if (dropout.enabled) drop_probs_fwd(scores, dropout, m0 + warp_m0, n0, lane);
     uint32_t probs[kMT][kNT / 2][4];  // P as A fragments of P.V
     arch::accumulators_to_a_fragments<T>(probs, scores);
 
     __syncthreads();  // every warp is done reading sK
-    if (n_block > 0) load_kv_block_async<Cfg>(sK, k, p.k.row_stride, n_block - 1, shape.seqlen_k, shape.headdim, tid);
+    if (n_block > qb.n_begin) load_kv_block_async<Cfg>(sK, k, p.k.row_stride, n_block - 1, seqlen_k, headdim, tid);
     arch::cp_async_commit();
     arch::cp_async_wait<1>();  // V[n_block] has landed
     __syncthreads();
@@ -114,7 +102,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
   }
 
   float row_lse[kMT][2];
-  softmax.finalize(acc, p.softmax_scale, row_lse);
+  softmax.finalize(acc, p.logit_scale, dropout.keep_scale, row_lse);
+  float* lse = qb.lse(p);
   if (lane % 4 == 0) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -126,7 +115,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
   }
   arch::store_accumulators<kMT, kDT, T>(sQ, kStride, warp_m0, 0, acc, lane);  // this warp's own Q rows
   __syncthreads();
-  store_tile<kBlockM, Cfg::kHeadDim, Cfg::kThreads>(out, p.out.row_stride, sQ, rows_q, shape.headdim, tid);
+  store_tile<kBlockM, Cfg::kHeadDim, Cfg::kThreads>(qb.template out<T>(p), p.out.row_stride, sQ, rows_q, headdim, tid);
 }
 
 }  // namespace flash

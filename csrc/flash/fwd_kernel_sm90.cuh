@@ -1,12 +1,12 @@
 // Forward on Hopper (sm_90a), with warpgroup MMAs (wgmma). Same algorithm and arguments as
 // fwd_kernel.cuh: one CTA per (block of 64 x kWarpgroups queries, head, batch), each warpgroup
-// owning 64 query rows, walking the key blocks from the last visible one down to 0 (the causal
+// owning 64 query rows, walking the visible key blocks from the last one down (the causal
 // blocks that need masking first). Step i of each warpgroup:
 //   1. retires P.V[i-2], rescales O and converts P[i-1] to the A-fragment layout
 //   2. issues S[i] = Q.K[i]^T                (64 queries x kBlockN, A and B from shared memory)
 //   3. issues O += P[i-1].V[i-1]              (A = P in registers)
-//   4. waits for S[i] only, and runs the online softmax of block i while step 3 still runs on the
-//      tensor core.
+//   4. waits for S[i] only, and runs the logits (score modifiers, mask), the online softmax and
+//      dropout of block i while step 3 still runs on the tensor core.
 // So the exponentials of one block overlap the P.V MMAs of the previous one, and P never leaves
 // registers. K has two shared-memory slots and V three; block i + 1's K and block i's V load
 // (cp.async) while block i's MMAs run. Shared memory uses the 128-byte swizzled layout of
@@ -20,7 +20,8 @@
 #include "arch/sm90_swizzled_tile.cuh"
 #include "arch/sm90_wgmma.cuh"
 #include "common.cuh"
-#include "fragment_mask.cuh"
+#include "dropout.cuh"
+#include "fragment_scores.cuh"
 #include "fwd_query_block.cuh"
 #include "mask.cuh"
 #include "params.h"
@@ -109,20 +110,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   const int warpgroup = tid / arch::kWarpgroupThreads, warp_in_group = (tid / arch::kWarpSize) % 4;
   const int group_row0 = warpgroup * 64;                  // this warpgroup's queries in the block
   const int warp_row0 = group_row0 + warp_in_group * 16;  // this warp's accumulator rows
-  const AttentionShape& shape = p.shape;
+  record_rng_state(p.dropout, tid);
   const auto qb = FwdQueryBlock<kBlockM, kBlockN>::current(p);
-  const int batch = qb.batch, head = qb.head, head_k = qb.head_k, m0 = qb.m0, rows_q = qb.rows_q;
-  const int n_blocks = qb.n_blocks;
+  if (qb.template done_without_keys<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
+  const int m0 = qb.m0, rows_q = qb.rows_q, seqlen_k = qb.seq.seqlen_k, headdim = p.shape.headdim;
+  const int n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
   const AttentionMask& mask = qb.mask;
-  if (qb.template write_empty_rows_if_unseen<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
-  T* out = qb.template out<T>(p);
-  float* lse = qb.lse(p);
-  const T* k = element_ptr<T>(p.k, batch, 0, head_k);
-  const T* v = element_ptr<T>(p.v, batch, 0, head_k);
+  const ScoreMod mod = qb.score_mod(p);
+  const Dropout dropout = qb.dropout(p);
+  const T* k = qb.seq.template k_side<T>(p.k, 0, qb.head_k);
+  const T* v = qb.seq.template k_side<T>(p.v, 0, qb.head_k);
 
-  arch::load_swizzled_tile_async<kBlockM, kHeadDim, Cfg::kThreads>(s.q(), element_ptr<T>(p.q, batch, m0, head),
-                                                                   p.q.row_stride, rows_q, shape.headdim, tid);
-  load_kv_tile_sm90<Cfg>(s.k(0), k, p.k.row_stride, n_blocks - 1, shape.seqlen_k, shape.headdim, tid);
+  arch::load_swizzled_tile_async<kBlockM, kHeadDim, Cfg::kThreads>(
+      s.q(), qb.seq.template q_side<T>(p.q, m0, qb.head), p.q.row_stride, rows_q, headdim, tid);
+  load_kv_tile_sm90<Cfg>(s.k(0), k, p.k.row_stride, n_last, seqlen_k, headdim, tid);
   arch::cp_async_commit();
 
   float acc[1][kHeadNT][4];  // O rows of this warp: 16 x head dim
@@ -145,13 +146,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
     arch::accumulators_to_a_fragments<T>(probs, scores);
   };
 
-  // Step i handles key block n_blocks - 1 - i; its K sits in slot i % 2, its V in slot i % 3.
+  // Step i handles key block n_last - i; its K sits in slot i % 2, its V in slot i % 3.
   // Step 0 has no P.V to issue. It is a separate instantiation rather than a branch: with the P.V
   // issue conditional, ptxas cannot tell which wgmma group `wait<1>` leaves pending and
   // serializes every wgmma of the kernel (warning C7514).
   auto step = [&](auto is_first, int i) {
     constexpr bool kFirst = decltype(is_first)::value;
-    const int n_block = n_blocks - 1 - i;
+    const int n_block = n_last - i;
     if constexpr (!kFirst) retire_and_convert();
     arch::cp_async_wait<0>();
     arch::fence_proxy_async();
@@ -161,17 +162,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
     if constexpr (!kFirst) issue_output_sm90<T, Cfg>(acc, probs, s.v((i - 1) % 3));
     // The loads go out behind the MMAs: K[i+1] into the slot S[i-1] read, V[i] into P.V[i-3]'s
     // (three V slots: P.V[i-2] may still be reading its slot in another warpgroup).
-    if (n_block > 0)
-      load_kv_tile_sm90<Cfg>(s.k((i + 1) % 2), k, p.k.row_stride, n_block - 1, shape.seqlen_k, shape.headdim, tid);
-    load_kv_tile_sm90<Cfg>(s.v(i % 3), v, p.v.row_stride, n_block, shape.seqlen_k, shape.headdim, tid);
+    if (n_block > qb.n_begin)
+      load_kv_tile_sm90<Cfg>(s.k((i + 1) % 2), k, p.k.row_stride, n_block - 1, seqlen_k, headdim, tid);
+    load_kv_tile_sm90<Cfg>(s.v(i % 3), v, p.v.row_stride, n_block, seqlen_k, headdim, tid);
     arch::cp_async_commit();
 
     arch::wgmma_wait<kFirst ? 0 : 1>();  // S is done; P.V[i-1] may still run, under the softmax
     arch::wgmma_fence_operand(scores[0]);
     const int n0 = n_block * kBlockN;
-    if (!mask.block_fully_visible(m0, rows_q, n0, kBlockN))
-      mask_score_fragment</*kRowsAreKeys=*/false>(scores, mask, m0 + warp_row0, n0, lane);
-    softmax.update_probs(scores, p.scale_log2, rescale);
+    scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod, !mask.block_fully_visible(m0, rows_q, n0, kBlockN),
+                                             m0 + warp_row0, n0, lane);
+    softmax.update_probs(scores, p.logit_scale_log2, rescale);
+    if (dropout.enabled) drop_probs_fwd(scores, dropout, m0 + warp_row0, n0, lane);
     arch::wgmma_fence_operand(scores[0]);
   };
   step(std::true_type{}, 0);
@@ -185,7 +187,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   arch::wgmma_fence_operand(acc[0]);
 
   float row_lse[1][2];
-  softmax.finalize(acc, p.softmax_scale, row_lse);
+  softmax.finalize(acc, p.logit_scale, dropout.keep_scale, row_lse);
+  float* lse = qb.lse(p);
   if (lane % 4 == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -198,7 +201,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   __syncthreads();  // every warpgroup is done reading Q, K and V
   arch::store_accumulators<1, kHeadNT, T>(sO, Cfg::kEpilogueStride, warp_row0, 0, acc, lane);
   __syncthreads();
-  store_tile<kBlockM, kHeadDim, Cfg::kThreads>(out, p.out.row_stride, sO, rows_q, shape.headdim, tid);
+  store_tile<kBlockM, kHeadDim, Cfg::kThreads>(qb.template out<T>(p), p.out.row_stride, sO, rows_q, headdim, tid);
 #else
   __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
 #endif

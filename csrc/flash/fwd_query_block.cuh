@@ -1,6 +1,6 @@
 // The queries one forward CTA owns (kBlockM queries, the heaviest causal blocks first, query head
-// blockIdx.y, batch blockIdx.z) and the key blocks they can see; shared by the sm80 and sm90
-// kernels.
+// blockIdx.y, batch blockIdx.z), the key blocks they can see, and the per-(batch, head) pieces the
+// kernels apply (sequence view, mask, score modifiers, dropout); shared by the sm80 and sm90 kernels.
 #pragma once
 
 #include <cmath>
@@ -8,46 +8,66 @@
 #include <cuda_runtime.h>
 
 #include "common.cuh"
+#include "dropout.cuh"
 #include "mask.cuh"
 #include "params.h"
+#include "score_mod.cuh"
+#include "sequence.cuh"
 #include "tile_io.cuh"
 
 namespace flash {
 
 template <int kBlockM, int kBlockN>
 struct FwdQueryBlock {
-  int batch, head;
-  int head_k;    // the K/V head this query head reads (MQA / GQA)
-  int m0;        // first query
-  int rows_q;    // queries of the block inside seqlen_q
-  int n_blocks;  // key blocks (of kBlockN) from 0 that hold a key some query of the block sees
+  SequenceView seq;
+  int head;
+  int head_k;   // the K/V head this query head reads (MQA / GQA)
+  int m0;       // first query
+  int rows_q;   // queries of the block inside the sequence; <= 0 when the block lies past its end
+  int n_begin;  // key blocks (of kBlockN) [n_begin, n_end) hold every key some query of the block sees
+  int n_end;
   AttentionMask mask;
 
   __device__ __forceinline__ static FwdQueryBlock current(const FwdParams& p) {
-    const AttentionShape& shape = p.shape;
     FwdQueryBlock b;
-    b.batch = blockIdx.z;
+    b.seq = SequenceView::of(p, blockIdx.z);
     b.head = blockIdx.y;
-    b.head_k = b.head / (shape.heads / shape.heads_k);
+    b.head_k = b.head / (p.shape.heads / p.shape.heads_k);
     b.m0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;  // heaviest causal blocks are scheduled first
-    b.rows_q = min(kBlockM, shape.seqlen_q - b.m0);
-    b.mask = AttentionMask{shape.seqlen_q, shape.seqlen_k, p.causal};
-    b.n_blocks = ceil_div(b.mask.kv_end(b.m0, b.rows_q), kBlockN);
+    b.rows_q = min(kBlockM, b.seq.seqlen_q - b.m0);
+    b.mask = AttentionMask::of(b.seq.seqlen_q, b.seq.seqlen_k, p.window);
+    b.n_begin = 0;
+    b.n_end = 0;
+    if (b.rows_q > 0) {
+      b.n_begin = b.mask.kv_begin(b.m0) / kBlockN;
+      b.n_end = ceil_div(b.mask.kv_end(b.m0, b.rows_q), kBlockN);
+    }
     return b;
+  }
+
+  __device__ __forceinline__ int key_blocks() const { return max(0, n_end - n_begin); }
+
+  __device__ __forceinline__ ScoreMod score_mod(const FwdParams& p) const {
+    return ScoreMod::of(p, seq.batch, head, mask.diagonal_offset());
+  }
+  __device__ __forceinline__ Dropout dropout(const FwdParams& p) const {
+    return Dropout::of(p.dropout, seq.batch, p.shape.heads, head);
   }
 
   template <typename T>
   __device__ __forceinline__ T* out(const FwdParams& p) const {
-    return element_ptr<T>(p.out, batch, m0, head);
+    return seq.q_side<T>(p.out, m0, head);
   }
   __device__ __forceinline__ float* lse(const FwdParams& p) const {
-    return p.lse + row_vector_offset(p.shape, batch, head, m0);
+    return p.lse + seq.row_vector_offset(p, head, m0);
   }
 
-  // A block that sees no key gets output zeros and lse +inf; returns whether it was one.
+  // True when the CTA has nothing to compute: its queries lie past the sequence's end (nothing
+  // to write), or they see no key (output zeros and lse +inf, written here).
   template <typename T, int kHeadDim, int kThreads>
-  __device__ __forceinline__ bool write_empty_rows_if_unseen(const FwdParams& p, int tid) const {
-    if (n_blocks > 0) return false;
+  __device__ __forceinline__ bool done_without_keys(const FwdParams& p, int tid) const {
+    if (rows_q <= 0) return true;
+    if (key_blocks() > 0) return false;
     zero_tile<kBlockM, kHeadDim, kThreads>(out<T>(p), p.out.row_stride, rows_q, p.shape.headdim, tid);
     float* row_lse = lse(p);
     for (int row = tid; row < rows_q; row += kThreads) row_lse[row] = INFINITY;

@@ -9,6 +9,7 @@
 #include "bwd_kernel.cuh"
 #include "bwd_preprocess_kernel.cuh"
 #include "dq_accum.cuh"
+#include "features.h"
 #include "launch_api.h"
 #include "launch_bwd_sm90.cuh"
 
@@ -33,10 +34,10 @@ template <> struct BwdTile<192> { using type = BwdConfig<192, 64, 64, 8, 4, 4, 4
 template <> struct BwdTile<256> { using type = BwdConfig<256, 64, 64, 8, 4, 4, 4>; };
 
 // The sm80 kernel, on any sm80+ GPU.
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t run_bwd_sm80(const BwdParams& params, cudaStream_t stream, int device) {
   using Cfg = typename BwdTile<kHeadDim>::type;
-  auto kernel = bwd_kernel<T, Cfg>;
+  auto kernel = bwd_kernel<T, Cfg, kScoreExtras>;
   int smem_optin = 0;
   cudaError_t err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
@@ -54,15 +55,26 @@ cudaError_t run_bwd_sm80(const BwdParams& params, cudaStream_t stream, int devic
   return cudaGetLastError();
 }
 
-// Preprocess (dsum, zeroed dq_accum), the main kernel, then dq from dq_accum.
+// Zeroed dq_accum (and deterministic counters), the preprocess (dsum), the main kernel, then dq from dq_accum.
 template <typename T, int kHeadDim>
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
+  const size_t dq_accum_bytes = sizeof(float) * params.fwd.shape.heads * params.dq_accum_head_rows * kHeadDim;
+  if (err == cudaSuccess) err = cudaMemsetAsync(params.dq_accum, 0, dq_accum_bytes, stream);
+  if (err == cudaSuccess && params.dq_semaphore != nullptr)
+    err = cudaMemsetAsync(params.dq_semaphore, 0, sizeof(int) * dq_semaphore_count(params.fwd.shape), stream);
   if (err == cudaSuccess) err = run_bwd_preprocess<T, kHeadDim>(params, stream);
   bool launched = false;
-  if (err == cudaSuccess) err = try_run_bwd_sm90<T, kHeadDim>(params, stream, device, launched);
-  if (err == cudaSuccess && !launched) err = run_bwd_sm80<T, kHeadDim>(params, stream, device);
+  if constexpr (kScoreExtrasCompiled) {
+    if (needs_score_extras(params.fwd)) {
+      if (err == cudaSuccess) err = try_run_bwd_sm90<T, kHeadDim, true>(params, stream, device, launched);
+      if (err == cudaSuccess && !launched) err = run_bwd_sm80<T, kHeadDim, true>(params, stream, device);
+      launched = true;
+    }
+  }
+  if (err == cudaSuccess && !launched) err = try_run_bwd_sm90<T, kHeadDim, false>(params, stream, device, launched);
+  if (err == cudaSuccess && !launched) err = run_bwd_sm80<T, kHeadDim, false>(params, stream, device);
   if (err == cudaSuccess) err = run_convert_dq<T, kHeadDim>(params, stream);
   return err;
 }

@@ -35,9 +35,9 @@ struct BwdSm90Tile<128> {
 };
 constexpr int kShortCausalKeys = 1024;
 
-template <typename T, typename Cfg>
+template <typename T, typename Cfg, bool kScoreExtras>
 cudaError_t launch_bwd_sm90(const BwdParams& params, cudaStream_t stream) {
-  auto kernel = bwd_kernel_sm90<T, Cfg>;
+  auto kernel = bwd_kernel_sm90<T, Cfg, kScoreExtras>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(ceil_div(params.fwd.shape.seqlen_k, Cfg::kBlockN), params.fwd.shape.heads, params.fwd.shape.batch);
@@ -46,18 +46,18 @@ cudaError_t launch_bwd_sm90(const BwdParams& params, cudaStream_t stream) {
 }
 
 // Launches the wgmma backward kernel when possible; `launched` says whether it did.
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t try_run_bwd_sm90(const BwdParams& params, cudaStream_t stream, int device, bool& launched) {
   launched = false;
   if constexpr (BwdSm90Tile<kHeadDim>::kAvailable) {
     using Tile = BwdSm90Tile<kHeadDim>;
     bool usable = false;
-    cudaError_t err = can_run_sm90(bwd_kernel_sm90<T, typename Tile::type>, device, usable);
+    cudaError_t err = can_run_sm90(bwd_kernel_sm90<T, typename Tile::type, kScoreExtras>, device, usable);
     if (err != cudaSuccess || !usable) return err;
     launched = true;
     if (params.fwd.causal && params.fwd.shape.seqlen_k <= kShortCausalKeys)
-      return launch_bwd_sm90<T, typename Tile::short_causal_type>(params, stream);
-    return launch_bwd_sm90<T, typename Tile::type>(params, stream);
+      return launch_bwd_sm90<T, typename Tile::short_causal_type, kScoreExtras>(params, stream);
+    return launch_bwd_sm90<T, typename Tile::type, kScoreExtras>(params, stream);
   }
   return cudaSuccess;
 }

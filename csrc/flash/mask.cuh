@@ -1,34 +1,61 @@
-// Which (query, key) pairs attend: sequence bounds and the causal mask, bottom-right aligned
-// (query i sees key j iff j <= i + seqlen_k - seqlen_q, FlashAttention >= 2.1). Pure predicates on
-// absolute indices and on blocks of them; the kernels apply them to their own fragments.
+// Which (query, key) pairs attend: sequence bounds and the local window, bottom-right aligned
+// (FlashAttention 2): with d = seqlen_k - seqlen_q, query i sees key j iff j < seqlen_k and
+// (left < 0 or j >= i + d - left) and (right < 0 or j <= i + d + right); causal is right = 0.
+// Pure predicates on absolute (within-sequence) indices and on blocks of them: the kernels take
+// their loop bounds from the block ranges and mask only the blocks that are not fully visible.
+// The forward's key range of a query block and the backward's query range of a key block are
+// exact inverses (both "the block rectangle meets the visible band"), which the deterministic
+// backward relies on.
 #pragma once
+
+#include "features.h"
+#include "params.h"
 
 namespace flash {
 
 struct AttentionMask {
   int seqlen_q;
   int seqlen_k;
-  bool causal;
+  int left;   // -1: unbounded
+  int right;  // -1: unbounded
+
+  __device__ __forceinline__ static AttentionMask of(int seqlen_q, int seqlen_k, const WindowArgs& w) {
+    if (!kLocalCompiled) return AttentionMask{seqlen_q, seqlen_k, -1, w.right == 0 ? 0 : -1};  // causal only
+    return AttentionMask{seqlen_q, seqlen_k, w.left, w.right};
+  }
 
   __device__ __forceinline__ int diagonal_offset() const { return seqlen_k - seqlen_q; }
 
   __device__ __forceinline__ bool visible(int query, int key) const {
-    return query < seqlen_q && key < seqlen_k && (!causal || key <= query + diagonal_offset());
+    const int diagonal = query + diagonal_offset();
+    return query < seqlen_q && key < seqlen_k && (left < 0 || key >= diagonal - left) &&
+           (right < 0 || key <= diagonal + right);
   }
 
-  // Keys [0, kv_end) are the only ones that queries [m0, m0 + rows) can see.
+  // Keys [kv_begin, kv_end) hold every key that queries [m0, m0 + rows) can see (rows >= 1,
+  // m0 + rows <= seqlen_q); empty when kv_begin >= kv_end.
+  __device__ __forceinline__ int kv_begin(int m0) const {
+    return left < 0 ? 0 : max(0, m0 + diagonal_offset() - left);
+  }
   __device__ __forceinline__ int kv_end(int m0, int rows) const {
-    if (!causal) return seqlen_k;
-    return max(0, min(seqlen_k, m0 + rows + diagonal_offset()));
+    return right < 0 ? seqlen_k : max(0, min(seqlen_k, m0 + rows - 1 + diagonal_offset() + right + 1));
   }
 
-  // The first query that can see key n0.
-  __device__ __forceinline__ int first_query(int n0) const { return causal ? max(0, n0 - diagonal_offset()) : 0; }
+  // Queries [query_begin, query_end) hold every query that sees one of keys [n0, n0 + cols)
+  // (cols >= 1, n0 + cols <= seqlen_k).
+  __device__ __forceinline__ int query_begin(int n0) const {
+    return right < 0 ? 0 : max(0, n0 - diagonal_offset() - right);
+  }
+  __device__ __forceinline__ int query_end(int n0, int cols) const {
+    return left < 0 ? seqlen_q : max(0, min(seqlen_q, n0 + cols - 1 - diagonal_offset() + left + 1));
+  }
 
   // True when every pair of queries [m0, m0 + rows) x keys [n0, n0 + cols) is visible, so the
   // block needs no masking at all.
   __device__ __forceinline__ bool block_fully_visible(int m0, int rows, int n0, int cols) const {
-    return m0 + rows <= seqlen_q && n0 + cols <= seqlen_k && (!causal || n0 + cols - 1 <= m0 + diagonal_offset());
+    const int first_diagonal = m0 + diagonal_offset(), last_diagonal = m0 + rows - 1 + diagonal_offset();
+    return m0 + rows <= seqlen_q && n0 + cols <= seqlen_k && (right < 0 || n0 + cols - 1 <= first_diagonal + right) &&
+           (left < 0 || n0 >= last_diagonal - left);
   }
 };
 

@@ -6,9 +6,9 @@
 
 namespace flash {
 
-// A (batch, seqlen, heads, headdim) tensor whose last dim is contiguous.
-// Every stride is a multiple of 8 elements and the pointer 16-byte aligned (checked by the op),
-// so rows can be moved in 16-byte pieces.
+// A (batch, seqlen, heads, headdim) tensor whose last dim is contiguous (varlen: (1, total, heads,
+// headdim), batch_stride unused). Every stride is a multiple of 8 elements and the pointer 16-byte
+// aligned (checked by the op), so rows can be moved in 16-byte pieces.
 struct Strided4d {
   void* ptr;
   int64_t batch_stride;
@@ -18,41 +18,106 @@ struct Strided4d {
 
 struct AttentionShape {
   int batch;
-  int seqlen_q;
-  int seqlen_k;
-  int heads;    // query heads
-  int heads_k;  // key/value heads; heads % heads_k == 0 (MQA / GQA)
-  int headdim;  // runtime head dim, a multiple of 8, <= the compiled kHeadDim
+  int seqlen_q;  // varlen: max_seqlen_q (the grid covers it; each sequence has its own length)
+  int seqlen_k;  // varlen: max_seqlen_k
+  int heads;     // query heads
+  int heads_k;   // key/value heads; heads % heads_k == 0 (MQA / GQA)
+  int headdim;   // runtime head dim, a multiple of 8, <= the compiled kHeadDim
+};
+
+// Packed variable-length batches (FlashAttention's varlen API): sequence b has queries
+// [cu_seqlens_q[b], cu_seqlens_q[b+1]) of the packed q rows and keys likewise. Null pointers mean
+// dense tensors. The kernels clamp every entry to [0, total] and each length to the max seqlen,
+// so no metadata can send an access out of the tensors (sequence.cuh).
+struct VarlenArgs {
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+  int total_q;  // rows of the packed q / out tensors
+  int total_k;  // rows of the packed k / v tensors
+};
+
+// Which (query, key) pairs attend, bottom-right aligned (FlashAttention 2): with
+// d = seqlen_k - seqlen_q, query i sees key j iff j >= i + d - left (left >= 0) and
+// j <= i + d + right (right >= 0); -1 is unbounded. causal is right = 0.
+struct WindowArgs {
+  int left;
+  int right;
+};
+
+// Score modifiers (score_mod.cuh), each off at its zero value.
+struct ScoreModArgs {
+  float softcap;              // > 0: scores become softcap * tanh(scaled score / softcap)
+  const float* alibi_slopes;  // fp32 slopes, (heads) or (batch, heads); null: no ALiBi
+  int64_t alibi_batch_stride; // 0 for (heads)
+};
+
+// Philox seed and offset as torch's CUDA generator hands them out (at::PhiloxCudaState): values,
+// or, under CUDA-graph capture, device pointers read when the kernel runs plus an intra-graph
+// offset. The backward passes the forward's rng_state (seed, offset) as the pointers.
+struct PhiloxArgs {
+  uint64_t seed;
+  uint64_t offset;
+  const int64_t* seed_ptr;    // non-null: read the seed here
+  const int64_t* offset_ptr;  // non-null: read the offset here and add offset_add
+  uint64_t offset_add;
+};
+
+struct DropoutArgs {
+  float keep_prob;         // 1 - dropout_p; 1 means no dropout
+  uint32_t keep_threshold; // an element is kept iff its random byte < keep_threshold (0..256)
+  PhiloxArgs philox;
+  int64_t* rng_state_out;  // forward: (seed, offset) written here for the backward; may be null
 };
 
 struct FwdParams {
   Strided4d q, k, v, out;
-  float* lse;  // (batch, heads, seqlen_q), contiguous, natural log; +inf where a row sees no key
+  float* lse;  // dense (batch, heads, seqlen_q), varlen (heads, total_q); natural log; +inf where a
+               // row sees no key
+  int64_t lse_head_stride;  // seqlen_q (dense) or total_q (varlen)
   AttentionShape shape;
+  VarlenArgs varlen;
+  WindowArgs window;
+  ScoreModArgs score_mod;
+  DropoutArgs dropout;
   float softmax_scale;  // multiplies q.k
-  float scale_log2;     // softmax_scale * log2(e): the kernels exponentiate in base 2
-  bool causal;          // bottom-right aligned: query i sees key j iff j <= i + seqlen_k - seqlen_q
+  // The softmax runs on "logits" x with probabilities exp(x * logit_scale - lse): x = q.k and
+  // logit_scale = softmax_scale, or with softcap x = tanh(q.k * softmax_scale / softcap) and
+  // logit_scale = softcap (score_mod.cuh).
+  float logit_scale;
+  float logit_scale_log2;  // logit_scale * log2(e): the kernels exponentiate in base 2
+  bool causal;             // window.right == 0: selects the causal tile configurations
 };
 
 struct BwdParams {
-  FwdParams fwd;    // q, k, v, out and lse of the forward, and its shape, scales and mask
+  FwdParams fwd;    // q, k, v, out and lse of the forward, and its shape, scales, mask and dropout
   Strided4d dout;   // like out
-  Strided4d dk;     // (batch, seqlen_k, heads, headdim): one slice per query head, summed over
+  Strided4d dk;     // like k but with `heads` heads: one slice per query head, summed over
   Strided4d dv;     //   the query heads of a KV head by the op when heads != heads_k
   Strided4d dq;     // output, like q
-  float* dq_accum;  // float32 scratch of dq_accum_elements() floats, laid out as in dq_accum.cuh;
-                    //   the preprocess zeroes it, the main kernel adds into it, a last pass converts
-  float* dsum;      // (batch, heads, seqlen_q) float32: rowsum(dout * out), from bwd_preprocess
+  float* dq_accum;  // float32 scratch laid out as in dq_accum.cuh; zeroed by the op, the main
+                    //   kernel adds into it, a last pass converts
+  int64_t dq_accum_head_rows;  // rows of one head's slice of dq_accum (dq_accum_rows_per_head)
+  float* dsum;      // rowsum(dout * out), float32, laid out like lse
+  int* dq_semaphore;  // deterministic: dq_semaphore_count() counters (dq_order.cuh); else null
 };
 
-// dq_accum holds (batch, heads, dq_accum_rows(seqlen_q), kernel head dim) floats: rows padded to a
-// multiple of 128, so every query block of every backward kernel is a whole tile of it.
+// dq_accum holds (heads, dq_accum_head_rows, kernel head dim) floats. Sequence b's rows start at
+// b * dq_accum_rows(seqlen_q) (dense) or cu_seqlens_q[b] + kDqAccumRowMultiple * b (varlen), so
+// each sequence has kDqAccumRowMultiple spare rows after it and every query block of every
+// backward kernel is a whole tile.
 constexpr int kDqAccumRowMultiple = 128;
 constexpr int64_t dq_accum_rows(int64_t seqlen_q) {
   return (seqlen_q + kDqAccumRowMultiple - 1) / kDqAccumRowMultiple * kDqAccumRowMultiple;
 }
-constexpr int64_t dq_accum_elements(int64_t batch, int64_t heads, int64_t seqlen_q, int64_t kernel_headdim) {
-  return batch * heads * dq_accum_rows(seqlen_q) * kernel_headdim;
+constexpr int64_t dq_accum_rows_per_head(bool varlen, int64_t batch, int64_t seqlen_q, int64_t total_q) {
+  return varlen ? total_q + kDqAccumRowMultiple * batch : batch * dq_accum_rows(seqlen_q);
+}
+
+// Deterministic backward: one counter per (batch, head, query block) at the smallest query block
+// any backward kernel uses.
+constexpr int kMinBwdBlockM = 64;
+constexpr int64_t dq_semaphore_count(const AttentionShape& s) {
+  return static_cast<int64_t>(s.batch) * s.heads * ((s.seqlen_q + kMinBwdBlockM - 1) / kMinBwdBlockM);
 }
 
 }  // namespace flash

@@ -1,8 +1,9 @@
 // Online softmax over the rows a thread owns in its score fragments.
 //
-// Per row we keep the running max m of the raw scores q.k and the running sum l of
-// exp(scale * (s - m)), computed as exp2(s * scale_log2 - m * scale_log2): the scale is folded
-// into one FFMA per score. A thread owns, for each of its MT row atoms, two rows (its accumulator
+// Per row we keep the running max m of the logits x (q.k, or its capped and biased form:
+// score_mod.cuh) and the running sum l of exp(scale * (x - m)), computed as
+// exp2(x * scale_log2 - m * scale_log2): the scale is folded into one FFMA per score.
+// A thread owns, for each of its MT row atoms, two rows (its accumulator
 // rows r = 0,1 and r = 2,3); the 4 lanes of a quad share a row and reduce the max with shuffles.
 // The sum stays per-thread until `finalize` (rescaling is linear, so partial sums can wait).
 #pragma once
@@ -28,7 +29,7 @@ struct OnlineSoftmax {
       }
   }
 
-  // scores (16*MT x 8*NT raw q.k, -inf where masked) become probabilities exp(scale * (s - m_new))
+  // scores (16*MT x 8*NT logits, -inf where masked) become probabilities exp(scale * (s - m_new))
   // in place; acc (16*MT x 8*DT), the running P.V, is rescaled by exp(scale * (m_old - m_new)).
   // A row with no visible key so far keeps m = -inf, and every exponent is then exp2(-inf) = 0.
   template <int NT, int DT>
@@ -79,18 +80,19 @@ struct OnlineSoftmax {
         for (int r = 0; r < 4; ++r) acc[mt][dt][r] *= rescale[mt][r / 2];
   }
 
-  // Divides acc by the row sums and returns each row's log-sum-exp (natural log) in lse;
-  // a row that saw no key gets acc = 0 and lse = +inf.
+  // Divides acc by the row sums, times output_scale (dropout's 1 / keep_prob), and returns each
+  // row's log-sum-exp (natural log) in lse; a row that saw no key gets acc = 0 and lse = +inf.
   template <int DT>
-  __device__ __forceinline__ void finalize(float (&acc)[MT][DT][4], float softmax_scale, float (&lse)[MT][2]) {
+  __device__ __forceinline__ void finalize(float (&acc)[MT][DT][4], float scale, float output_scale,
+                                           float (&lse)[MT][2]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float sum = arch::quad_sum(row_sum[mt][h]);
         const bool empty = sum == 0.f;
-        const float inv_sum = empty ? 0.f : 1.f / sum;
-        lse[mt][h] = empty ? INFINITY : row_max[mt][h] * softmax_scale + logf(sum);
+        const float inv_sum = empty ? 0.f : output_scale / sum;
+        lse[mt][h] = empty ? INFINITY : row_max[mt][h] * scale + logf(sum);
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
           acc[mt][dt][2 * h] *= inv_sum;

@@ -142,6 +142,26 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// log2(x) on the special-function unit (relative error about 2^-22); log2(0) = -inf.
+__device__ __forceinline__ float log2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 1 / x on the special-function unit; 1 / inf = 0.
+__device__ __forceinline__ float reciprocal_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The high and low 32 bits of a * b (Philox's round function).
+__device__ __forceinline__ uint32_t mul_hi_lo(uint32_t a, uint32_t b, uint32_t& lo) {
+  lo = a * b;
+  return __umulhi(a, b);
+}
+
 // dst[0] += a, dst[1] += b; dst 8-byte aligned. One vector reduction on sm90, two scalar before.
 __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -150,6 +170,19 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
   atomicAdd(dst, a);
   atomicAdd(dst + 1, b);
 #endif
+}
+
+// Spins until *counter == value (acquire: what the writer did before its release is visible).
+__device__ __forceinline__ void wait_until_equal(const int* counter, int value) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen != value);
+}
+
+// *counter = value after every earlier write of this thread is visible GPU-wide (release).
+__device__ __forceinline__ void release_store(int* counter, int value) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(value) : "memory");
 }
 
 // Accumulator element r (0..3) of lane `lane` sits at row acc_row(lane, r), col acc_col(lane, r)

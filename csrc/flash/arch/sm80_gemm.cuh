@@ -106,6 +106,22 @@ __device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[MT][KS
     }
 }
 
+// The same with each value passed through f(value, mt, nt, r) on the way (e.g. dropout's mask).
+template <typename T, int MT, int KS, typename F>
+__device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[MT][KS][4], const float (&c)[MT][2 * KS][4],
+                                                            F f) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int nt = 2 * ks + half;
+        a[mt][ks][2 * half] = pack_pair<T>(f(c[mt][nt][0], mt, nt, 0), f(c[mt][nt][1], mt, nt, 1));
+        a[mt][ks][2 * half + 1] = pack_pair<T>(f(c[mt][nt][2], mt, nt, 2), f(c[mt][nt][3], mt, nt, 3));
+      }
+}
+
 // c (16*MT x 8*NT) += A (registers, 16*MT x 16*KS) * B[0..16*KS, n0..) from shared memory.
 template <int MT, int NT, int KS, BLayout kBLayout, typename T>
 __device__ __forceinline__ void warp_gemm_rs(float (&c)[MT][NT][4], const uint32_t (&a)[MT][KS][4], const T* b_tile,

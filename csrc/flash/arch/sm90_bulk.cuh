@@ -31,5 +31,11 @@ __device__ __forceinline__ void bulk_wait_complete() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Orders this thread's completed bulk (async-proxy) writes to global memory before its later
+// generic-proxy operations, e.g. the release that lets another CTA add to the same tile.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 }  // namespace arch
 }  // namespace flash

@@ -1,0 +1,179 @@
+// Dropout keep-bits from Philox4x32-10 (counter-based: recomputed in the backward, never stored).
+//
+// Definition (the same in every kernel, whatever its tiles, and in flash_attn/dropout.py for the
+// CPU path): element (query i, key j) of (batch b, head h) has one random byte. The bytes come in
+// "dropout tiles" of 16 queries x 32 keys, split over 32 virtual lanes v = 4 * (i % 8) + (j % 8) / 2,
+// which is the thread that holds the element in an m16n8 accumulator fragment of S (queries as
+// rows): one Philox call per virtual lane and tile gives its 16 bytes, word c = (j % 32) / 8 and byte
+// 2 * ((i % 16) / 8) + j % 2 of it. The call's key is the 64-bit seed, its counter
+//   (j / 32, (i / 16) * 32 + v, low and high words of offset + b * heads + h),
+// so each forward reserves batch * heads counters of torch's Philox offset. An element is kept iff
+// its byte < keep_threshold (round(256 * keep_prob)) and kept probabilities are scaled by
+// 1 / keep_prob, as FlashAttention 2 does with 8-bit thresholds.
+// The forward (rows = queries) uses each call's 16 bytes for its own 16 elements; the backward
+// holds S^T (rows = keys), where a thread's 8 elements of a 16 x 16 block come from two calls.
+#pragma once
+
+#include <cstdint>
+
+#include "arch/arch.cuh"
+#include "features.h"
+#include "params.h"
+
+namespace flash {
+
+constexpr int kDropoutTileQueries = 16;
+constexpr int kDropoutTileKeys = 32;
+
+__device__ __forceinline__ uint4 philox4x32_10(uint4 counter, uint32_t key0, uint32_t key1) {
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+#pragma unroll
+  for (int round = 0; round < 10; ++round) {
+    uint32_t lo0, lo1;
+    const uint32_t hi0 = arch::mul_hi_lo(kMul0, counter.x, lo0);
+    const uint32_t hi1 = arch::mul_hi_lo(kMul1, counter.z, lo1);
+    counter = make_uint4(hi1 ^ counter.y ^ key0, lo1, hi0 ^ counter.w ^ key1, lo0);
+    key0 += kWeyl0;
+    key1 += kWeyl1;
+  }
+  return counter;
+}
+
+// The per-(batch, head) part of the generator: key and the counter's high half.
+struct Dropout {
+  uint32_t key0, key1;
+  uint32_t stream_lo, stream_hi;  // offset + batch * heads + head
+  uint32_t keep_threshold;
+  float keep_scale;  // 1 / keep_prob
+  bool enabled;
+
+  __device__ __forceinline__ static Dropout of(const DropoutArgs& a, int batch, int heads, int head) {
+    Dropout d = none();
+    d.enabled = kDropoutCompiled && a.keep_prob < 1.f;
+    d.keep_threshold = a.keep_threshold;
+    d.keep_scale = d.enabled ? 1.f / a.keep_prob : 1.f;
+    if (!d.enabled) return d;
+    const PhiloxArgs& ph = a.philox;
+    const uint64_t seed = ph.seed_ptr != nullptr ? static_cast<uint64_t>(*ph.seed_ptr) : ph.seed;
+    const uint64_t offset = (ph.offset_ptr != nullptr ? static_cast<uint64_t>(*ph.offset_ptr) : ph.offset) + ph.offset_add;
+    const uint64_t stream = offset + static_cast<uint64_t>(batch) * heads + head;
+    d.key0 = static_cast<uint32_t>(seed);
+    d.key1 = static_cast<uint32_t>(seed >> 32);
+    d.stream_lo = static_cast<uint32_t>(stream);
+    d.stream_hi = static_cast<uint32_t>(stream >> 32);
+    return d;
+  }
+
+  // No dropout: what the kernels' plain variants use, known at compile time.
+  __device__ __forceinline__ static Dropout none() { return Dropout{0u, 0u, 0u, 0u, 256u, 1.f, false}; }
+
+  // The 16 bytes of virtual lane `vlane` in the dropout tile holding query query_tile * 16 and key
+  // key_tile * 32.
+  __device__ __forceinline__ uint4 tile_bytes(int query_tile, int key_tile, int vlane) const {
+    const uint4 counter = make_uint4(static_cast<uint32_t>(key_tile),
+                                     static_cast<uint32_t>(query_tile) * 32u + static_cast<uint32_t>(vlane),
+                                     stream_lo, stream_hi);
+    return philox4x32_10(counter, key0, key1);
+  }
+
+  __device__ __forceinline__ bool keeps(uint32_t word, int byte) const {
+    return ((word >> (8 * byte)) & 0xffu) < keep_threshold;
+  }
+
+  // Whether element (query, key) is kept: one Philox call for one element (the S_dmask pass).
+  __device__ __forceinline__ bool keeps_element(int query, int key) const {
+    const int vlane = 4 * (query % 8) + (key % 8) / 2;
+    const uint4 bytes = tile_bytes(query / kDropoutTileQueries, key / kDropoutTileKeys, vlane);
+    const int word = (key % kDropoutTileKeys) / 8;
+    const uint32_t w = word == 0 ? bytes.x : word == 1 ? bytes.y : word == 2 ? bytes.z : bytes.w;
+    return keeps(w, 2 * ((query % 16) / 8) + key % 2);
+  }
+};
+
+// The forward's first thread records the (seed, offset) it used for the backward (rng_state),
+// whether or not the CTA has work: torch's values, or under graph capture the ones read at replay.
+__device__ __forceinline__ void record_rng_state(const DropoutArgs& a, int tid) {
+  if (a.rng_state_out == nullptr || tid != 0 || blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
+  const PhiloxArgs& ph = a.philox;
+  const uint64_t seed = ph.seed_ptr != nullptr ? static_cast<uint64_t>(*ph.seed_ptr) : ph.seed;
+  const uint64_t offset = (ph.offset_ptr != nullptr ? static_cast<uint64_t>(*ph.offset_ptr) : ph.offset) + ph.offset_add;
+  a.rng_state_out[0] = static_cast<int64_t>(seed);
+  a.rng_state_out[1] = static_cast<int64_t>(offset);
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int c) {
+  return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
+}
+
+// Forward: zeroes the dropped probabilities of a (16*MT queries x 8*NT keys) fragment whose first
+// row is row0 (a multiple of 16) and first column col0 (a multiple of 32); kept ones stay unscaled
+// (the output is scaled by keep_scale once, at the end).
+template <int MT, int NT>
+__device__ __forceinline__ void drop_probs_fwd(float (&probs)[MT][NT][4], const Dropout& d, int row0, int col0,
+                                               int lane) {
+  static_assert(NT % 4 == 0, "whole 32-key dropout tiles");
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int tile = 0; tile < NT / 4; ++tile) {
+      const uint4 bytes =
+          d.tile_bytes(row0 / kDropoutTileQueries + mt, col0 / kDropoutTileKeys + tile, lane);
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          if (!d.keeps(word_of(bytes, c), r)) probs[mt][4 * tile + c][r] = 0.f;
+    }
+}
+
+// Backward: the keep bits of a (16*MT keys x 8*NT queries) S^T fragment whose first row is key0 (a
+// multiple of 16) and first column query0 (a multiple of 16), one bit per element, bit
+// (mt * NT + nt) * 4 + r of the returned words.
+template <int MT, int NT>
+struct KeepBits {
+  static constexpr int kWords = (MT * NT * 4 + 31) / 32;
+  uint32_t words[kWords];
+
+  __device__ __forceinline__ bool kept(int mt, int nt, int r) const {
+    const int bit = (mt * NT + nt) * 4 + r;
+    return (words[bit / 32] >> (bit % 32)) & 1u;
+  }
+};
+
+template <int MT, int NT>
+__device__ __forceinline__ KeepBits<MT, NT> keep_bits_bwd(const Dropout& d, int key0, int query0, int lane) {
+  static_assert(NT % 2 == 0, "whole 16-query dropout tiles");
+  KeepBits<MT, NT> bits;
+#pragma unroll
+  for (int w = 0; w < KeepBits<MT, NT>::kWords; ++w) bits.words[w] = 0u;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int key_block = key0 + mt * 16;            // keys key_block + g + 8 * h'
+    const int key_tile = key_block / kDropoutTileKeys;
+    const int word0 = (key_block % kDropoutTileKeys) / 8;  // word of key g; key g + 8 is the next
+#pragma unroll
+    for (int u = 0; u < NT / 2; ++u) {
+      const int query_tile = query0 / kDropoutTileQueries + u;
+      // queries with i % 8 = 2t + e' come from virtual lane 4 * (2t + e') + g / 2
+      const uint4 even = d.tile_bytes(query_tile, key_tile, 4 * (2 * t) + g / 2);
+      const uint4 odd = d.tile_bytes(query_tile, key_tile, 4 * (2 * t + 1) + g / 2);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)          // query half of the tile: nt = 2u + h
+#pragma unroll
+        for (int hk = 0; hk < 2; ++hk)     // key g or g + 8
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {    // query parity
+            const uint32_t word = word_of(e == 0 ? even : odd, word0 + hk);
+            if (d.keeps(word, 2 * h + g % 2)) {
+              const int bit = (mt * NT + 2 * u + h) * 4 + 2 * hk + e;
+              bits.words[bit / 32] |= 1u << (bit % 32);
+            }
+          }
+    }
+  }
+  return bits;
+}
+
+}  // namespace flash
