@@ -40,19 +40,22 @@ def philox4x32_10(c0, c1, c2, c3, key0, key1):
     return c0, c1, c2, c3
 
 
-def keep_mask(seed, offset, batch, heads, seqlen_q, seqlen_k, dropout_p, batch_indices=None):
-    """Bool (batch, heads, seqlen_q, seqlen_k): True where the element is kept.
-    batch_indices: the batch index each of the `batch` rows has in the generator (default 0..batch-1)."""
+def keep_mask(seed, offset, batch, heads, seqlen_q, seqlen_k, dropout_p, batch_indices=None, key_start=0,
+              key_end=None):
+    """Bool (batch, heads, seqlen_q, keys [key_start, key_end)): True where the element is kept.
+    batch_indices: the batch index each of the `batch` rows has in the generator (default 0..batch-1).
+    seqlen_k is the full key count (key_end defaults to it)."""
     seed, offset = int(seed) & ((1 << 64) - 1), int(offset) & ((1 << 64) - 1)
     if batch_indices is None:
         batch_indices = range(batch)
     b = torch.tensor(list(batch_indices), dtype=torch.int64).view(-1, 1, 1, 1)
     h = torch.arange(heads, dtype=torch.int64).view(1, -1, 1, 1)
     i = torch.arange(seqlen_q, dtype=torch.int64).view(1, 1, -1, 1)
-    j = torch.arange(seqlen_k, dtype=torch.int64).view(1, 1, 1, -1)
+    key_end = seqlen_k if key_end is None else key_end
+    j = torch.arange(key_start, key_end, dtype=torch.int64).view(1, 1, 1, -1)
     stream = (offset + b * heads + h) & ((1 << 64) - 1)  # < 2^63 for any realistic offset
     vlane = 4 * (i % 8) + (j % 8) // 2
-    shape = (batch, heads, seqlen_q, seqlen_k)
+    shape = (batch, heads, seqlen_q, key_end - key_start)
     c0 = (j // 32).expand(shape)
     c1 = ((i // 16) * 32 + vlane).expand(shape) & _MASK32
     c2 = (stream & _MASK32).expand(shape)

@@ -1,8 +1,9 @@
 """Public functions, with FlashAttention 2's names, argument names, defaults and return values,
 so that switching is a change of import.
 
-Tensors are (batch, seqlen, nheads, headdim), float16 or bfloat16. CUDA tensors run our kernels
-(sm80 or newer); CPU tensors run the exact chunked fp32 reference, which is correct but slow.
+Dense tensors are (batch, seqlen, nheads, headdim), varlen ones (total_tokens, nheads, headdim)
+with cu_seqlens; float16 or bfloat16. CUDA tensors run our kernels (sm80 or newer); CPU tensors
+run the exact chunked fp32 reference, which is correct but slow.
 """
 
 import torch
@@ -10,7 +11,8 @@ import torch.nn.functional as F
 
 from . import ops  # noqa: F401 - importing it defines torch.ops.flash_attn.fwd / bwd
 from . import validation
-from .reference import default_softmax_scale
+from .attention_probs import dropout_attention_probs
+from .reference import default_softmax_scale, normalize_window
 
 _HEADDIM_ALIGNMENT = 8  # the kernels move rows in 16-byte pieces
 
@@ -20,40 +22,61 @@ def _pad_headdim(t, headdim_padded):
     return t if t.shape[-1] == headdim_padded else F.pad(t, (0, headdim_padded - t.shape[-1]))
 
 
-def _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-               return_attn_probs):
-    validation.check_qkv(q, k, v)
-    validation.check_not_yet_implemented(dropout_p, window_size, softcap, alibi_slopes, deterministic)
+def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+               deterministic, return_attn_probs):
+    """varlen: None for dense tensors, else (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)."""
+    validation.check_qkv(q, k, v, varlen=varlen is not None)
+    if varlen is None:
+        batch, seqlen_k = q.shape[0], k.shape[1]
+        cu_seqlens_q = cu_seqlens_k = None
+        max_seqlen_q, max_seqlen_k = q.shape[1], seqlen_k
+    else:
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = varlen
+        validation.check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q)
+        batch, seqlen_k = cu_seqlens_q.shape[0] - 1, max_seqlen_k
+    validation.check_options(dropout_p, window_size, softcap, alibi_slopes, deterministic, q, batch)
     headdim = q.shape[-1]
     if softmax_scale is None:
         softmax_scale = default_softmax_scale(headdim)
     validation.check_softmax_scale(softmax_scale)
+    window_left, window_right = normalize_window(window_size, causal, seqlen_k)
     headdim_padded = -(-headdim // _HEADDIM_ALIGNMENT) * _HEADDIM_ALIGNMENT
     q, k, v = (_pad_headdim(t, headdim_padded) for t in (q, k, v))
-    out, softmax_lse = torch.ops.flash_attn.fwd(q, k, v, float(softmax_scale), bool(causal))
+    out, softmax_lse, rng_state = torch.ops.flash_attn.fwd(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(dropout_p), float(softmax_scale),
+        window_left, window_right, float(softcap), alibi_slopes, deterministic)
     out = out[..., :headdim]
-    if return_attn_probs:
-        return out, softmax_lse, None  # S_dmask exists only with dropout, as in FlashAttention 2
-    return out
+    if not return_attn_probs:
+        return out
+    probs = None  # S_dmask exists only with dropout, as in FlashAttention 2
+    if dropout_p > 0:
+        probs = dropout_attention_probs(q.detach(), k.detach(), varlen, float(softmax_scale),
+                                        (window_left, window_right), float(softcap), alibi_slopes,
+                                        float(dropout_p), rng_state, headdim)
+    return out, softmax_lse, probs
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
-    """Exact softmax(q k^T * softmax_scale) v.
+    """softmax(q k^T * softmax_scale [+ modifiers]) v, with dropout on the probabilities.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), with nheads
     a multiple of nheads_k (MQA / GQA). headdim <= 256 (padded to a multiple of 8 internally).
     softmax_scale defaults to 1 / sqrt(headdim). causal=True masks key j for query i when
-    j > i + seqlen_k - seqlen_q (bottom-right aligned, as FlashAttention >= 2.1); a query that sees
-    no key gets a zero output row and lse = +inf.
-    dropout_p, window_size, softcap, alibi_slopes and deterministic accept only their defaults in
-    this version and raise NotImplementedError otherwise.
+    j > i + seqlen_k - seqlen_q (bottom-right aligned, as FlashAttention >= 2.1); window_size
+    (left, right) keeps keys j in [i + seqlen_k - seqlen_q - left, i + seqlen_k - seqlen_q + right]
+    (-1: unbounded on that side). softcap > 0 caps scores to softcap * tanh(score / softcap).
+    alibi_slopes (nheads,) or (batch, nheads) float32 adds -slope * |i + seqlen_k - seqlen_q - j|.
+    dropout_p drops probabilities with a Philox mask seeded from torch's generator (recomputed in the
+    backward). deterministic=True makes the backward bitwise reproducible. A query that sees no key
+    gets a zero output row and lse = +inf.
 
     Returns out (batch, seqlen_q, nheads, headdim), or with return_attn_probs=True the tuple
-    (out, softmax_lse (batch, nheads, seqlen_q) float32, None).
+    (out, softmax_lse (batch, nheads, seqlen_q) float32, S_dmask), S_dmask None without dropout
+    (see attention_probs.dropout_attention_probs; for testing only).
     """
-    return _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                      return_attn_probs)
+    return _attention(q, k, v, None, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                      deterministic, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -62,8 +85,8 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     The gradient w.r.t. qkv is assembled by autograd from the three slices, no copy of the input."""
     validation.check_packed("qkv", qkv, rank=5, packed_dim=2, packed_size=3)
     q, k, v = qkv.unbind(dim=2)
-    return _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                      return_attn_probs)
+    return _attention(q, k, v, None, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                      deterministic, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -71,5 +94,45 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     """flash_attn_func with k and v packed as kv (batch, seqlen_k, 2, nheads_k, headdim)."""
     validation.check_packed("kv", kv, rank=5, packed_dim=2, packed_size=2)
     k, v = kv.unbind(dim=2)
-    return _attention(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                      return_attn_probs)
+    return _attention(q, k, v, None, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                      deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """flash_attn_func over a batch of sequences of different lengths, concatenated.
+
+    q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim); cu_seqlens_q / cu_seqlens_k:
+    int32 (batch + 1,), sequence b holding rows cu_seqlens[b]:cu_seqlens[b + 1]; max_seqlen_q /
+    max_seqlen_k: the longest sequence (python ints). Masks and ALiBi positions are per sequence.
+    Offsets are clamped to the tensors' rows, so bad offsets cannot make the kernels touch memory
+    outside q, k, v; rows outside every sequence are left unwritten in out (as in FlashAttention 2).
+    Returns out (total_q, nheads, headdim), or (out, softmax_lse (nheads, total_q), S_dmask).
+    block_table (paged K/V) belongs to the kvcache work and is not implemented yet.
+    """
+    if block_table is not None:
+        raise NotImplementedError("flash_attn: block_table (paged K/V) is not implemented yet in "
+                                  "flash_attn_varlen_func; pass block_table=None")
+    return _attention(q, k, v, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), dropout_p, softmax_scale,
+                      causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """flash_attn_varlen_func with qkv packed as (total, 3, nheads, headdim), one cu_seqlens."""
+    validation.check_packed("qkv", qkv, rank=4, packed_dim=1, packed_size=3)
+    q, k, v = qkv.unbind(dim=1)
+    return _attention(q, k, v, (cu_seqlens, cu_seqlens, max_seqlen, max_seqlen), dropout_p, softmax_scale, causal,
+                      window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn_varlen_func with k and v packed as kv (total_k, 2, nheads_k, headdim)."""
+    validation.check_packed("kv", kv, rank=4, packed_dim=1, packed_size=2)
+    k, v = kv.unbind(dim=1)
+    return _attention(q, k, v, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), dropout_p, softmax_scale,
+                      causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)

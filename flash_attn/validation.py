@@ -11,23 +11,58 @@ MAX_HEADDIM = 256
 MIN_CUDA_CAPABILITY = (8, 0)
 
 
-def check_not_yet_implemented(dropout_p, window_size, softcap, alibi_slopes, deterministic):
-    """Arguments of FlashAttention 2's API that this version accepts only at their defaults."""
-    if dropout_p != 0.0:
-        raise NotImplementedError(f"flash_attn: dropout_p={dropout_p} is not implemented yet; only dropout_p=0.0")
-    if tuple(window_size) != (-1, -1):
-        raise NotImplementedError(
-            f"flash_attn: window_size={tuple(window_size)} (local attention) is not implemented yet; "
-            "only window_size=(-1, -1)"
+def check_options(dropout_p, window_size, softcap, alibi_slopes, deterministic, q, batch):
+    """The options of FlashAttention 2's API; alibi_slopes against q's device and (batch, nheads)."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"flash_attn: dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window_size)):
+        raise ValueError(
+            f"flash_attn: window_size must be a pair (left, right) of ints >= -1 (-1: unbounded), got {window_size!r}"
         )
-    if softcap != 0.0:
-        raise NotImplementedError(f"flash_attn: softcap={softcap} is not implemented yet; only softcap=0.0")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (math.isfinite(softcap)
+                                                                                    and softcap >= 0):
+        raise ValueError(f"flash_attn: softcap must be a finite float >= 0 (0: off), got {softcap!r}")
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"flash_attn: deterministic must be a bool, got {type(deterministic).__name__}")
     if alibi_slopes is not None:
-        raise NotImplementedError("flash_attn: alibi_slopes is not implemented yet; pass alibi_slopes=None")
-    if deterministic:
-        raise NotImplementedError(
-            "flash_attn: deterministic=True is not implemented yet (the backward adds dq with atomics)"
+        check_alibi_slopes(alibi_slopes, q, batch)
+
+
+def check_alibi_slopes(alibi_slopes, q, batch):
+    nheads = q.shape[-2]
+    if not isinstance(alibi_slopes, torch.Tensor):
+        raise TypeError(f"flash_attn: alibi_slopes must be a torch.Tensor, got {type(alibi_slopes).__name__}")
+    if alibi_slopes.dtype != torch.float32:
+        raise TypeError(f"flash_attn: alibi_slopes must be float32, got {alibi_slopes.dtype}")
+    if alibi_slopes.device != q.device:
+        raise ValueError(f"flash_attn: alibi_slopes is on {alibi_slopes.device} but q is on {q.device}")
+    if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
+        raise ValueError(
+            f"flash_attn: alibi_slopes must have shape (nheads,) = ({nheads},) or (batch, nheads) = "
+            f"({batch}, {nheads}), got {tuple(alibi_slopes.shape)}"
         )
+
+
+def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q):
+    """int32 (batch + 1,) offsets on q's device, and non-negative int max lengths."""
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(cu, torch.Tensor):
+            raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(cu).__name__}")
+        if cu.dtype != torch.int32:
+            raise TypeError(f"flash_attn: {name} must be int32, got {cu.dtype}")
+        if cu.dim() != 1 or cu.shape[0] < 1:
+            raise ValueError(f"flash_attn: {name} must have shape (batch + 1,), got {tuple(cu.shape)}")
+        if cu.device != q.device:
+            raise ValueError(f"flash_attn: {name} is on {cu.device} but q is on {q.device}")
+    if cu_seqlens_q.shape != cu_seqlens_k.shape:
+        raise ValueError(
+            f"flash_attn: cu_seqlens_q {tuple(cu_seqlens_q.shape)} and cu_seqlens_k {tuple(cu_seqlens_k.shape)} "
+            "must both have batch + 1 entries"
+        )
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+            raise ValueError(f"flash_attn: {name} must be a non-negative int, got {value!r}")
 
 
 def check_softmax_scale(softmax_scale):
@@ -37,25 +72,26 @@ def check_softmax_scale(softmax_scale):
 
 
 def check_packed(name, tensor, rank, packed_dim, packed_size):
-    """qkv (b, s, 3, h, d) or kv (b, s, 2, h, d)."""
+    """qkv (b, s, 3, h, d) or kv (b, s, 2, h, d); varlen (rank 4) qkv (total, 3, h, d), kv (total, 2, h, d)."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dim() != rank or tensor.shape[packed_dim] != packed_size:
         raise ValueError(
-            f"flash_attn: {name} must have shape (batch, seqlen, {packed_size}, nheads, headdim), "
+            f"flash_attn: {name} must have shape "
+            f"{'(batch, seqlen' if rank == 5 else '(total_tokens'}, {packed_size}, nheads, headdim), "
             f"got {tuple(tensor.shape)}"
         )
 
 
-def check_qkv(q, k, v):
-    """q (b, sq, h, d), k and v (b, sk, hk, d) on one device, one supported dtype, h % hk == 0."""
+def check_qkv(q, k, v, varlen=False):
+    """q (b, sq, h, d), k and v (b, sk, hk, d) on one device, one supported dtype, h % hk == 0;
+    varlen: q (total_q, h, d), k and v (total_k, hk, d)."""
+    rank, dims = (3, "(total_tokens, nheads, headdim)") if varlen else (4, "(batch, seqlen, nheads, headdim)")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(
-                f"flash_attn: {name} must have 4 dims (batch, seqlen, nheads, headdim), got shape {tuple(t.shape)}"
-            )
+        if t.dim() != rank:
+            raise ValueError(f"flash_attn: {name} must have {rank} dims {dims}, got shape {tuple(t.shape)}")
     for name, t in (("k", k), ("v", v)):
         if t.device != q.device:
             raise ValueError(f"flash_attn: {name} is on {t.device} but q is on {q.device}; put them on one device")
@@ -64,16 +100,16 @@ def check_qkv(q, k, v):
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise TypeError(f"flash_attn: {name} has dtype {t.dtype} but q has {q.dtype}; use one dtype")
-    batch, _, nheads, headdim = q.shape
+    nheads, headdim = q.shape[-2:]
     if k.shape != v.shape:
         raise ValueError(f"flash_attn: k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if k.shape[0] != batch:
-        raise ValueError(f"flash_attn: k has batch {k.shape[0]} but q has batch {batch}")
-    if k.shape[3] != headdim:
+    if not varlen and k.shape[0] != q.shape[0]:
+        raise ValueError(f"flash_attn: k has batch {k.shape[0]} but q has batch {q.shape[0]}")
+    if k.shape[-1] != headdim:
         raise ValueError(f"flash_attn: k and v have headdim {k.shape[3]} but q has headdim {headdim}")
     if headdim > MAX_HEADDIM or headdim < 1:
         raise ValueError(f"flash_attn: headdim {headdim} is not supported; it must be between 1 and {MAX_HEADDIM}")
-    nheads_k = k.shape[2]
+    nheads_k = k.shape[-2]
     if nheads_k == 0 or nheads % nheads_k != 0:
         raise ValueError(
             f"flash_attn: nheads of q ({nheads}) must be a multiple of nheads of k/v ({nheads_k})"

@@ -102,38 +102,60 @@ class Results:
     dv: torch.Tensor
 
 
-def reference_results(q, k, v, dout, causal, softmax_scale=None, compute_dtype=torch.float32):
+def reference_results(q, k, v, dout, causal, softmax_scale=None, compute_dtype=torch.float32, **mods):
     """(ref, pt) for inputs q, k, v (low precision) and output gradient dout.
 
     ref: attention_ref in `compute_dtype` math; gradients by autograd on `compute_dtype` leaf copies
     of the inputs (never rounded back to the low precision). pt: the same computation in the
-    inputs' own dtype (upcast=False), gradients by autograd in that dtype."""
+    inputs' own dtype (upcast=False), gradients by autograd in that dtype. mods: attention_ref's
+    window_size, softcap, alibi_slopes, dropout_p, dropout_mask."""
     if softmax_scale is None:
         softmax_scale = default_softmax_scale(q.shape[-1])
 
     def run(dtype, upcast):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
         out, lse = attention_ref(*leaves, causal=causal, softmax_scale=softmax_scale, upcast=upcast,
-                                 compute_dtype=compute_dtype)
+                                 compute_dtype=compute_dtype, **mods)
         grads = torch.autograd.grad(out, leaves, dout.to(out.dtype))
         return Results(out.detach(), lse.detach(), *grads)
 
     return run(compute_dtype, True), run(q.dtype, False)
 
 
-def assert_matches_reference(ours, q, k, v, dout, causal, softmax_scale=None, compute_dtype=torch.float32):
+def assert_matches_reference(ours, q, k, v, dout, causal, softmax_scale=None, compute_dtype=torch.float32, **mods):
     """Every field of `ours` (a Results; lse or the gradients may be None to skip them) against the
-    reference with the tolerance rule. q, k, v, dout: the low-precision values ours was given."""
+    reference with the tolerance rule. q, k, v, dout: the low-precision values ours was given;
+    mods: see reference_results."""
     if softmax_scale is None:
         softmax_scale = default_softmax_scale(q.shape[-1])
-    ref, pt = reference_results(q, k, v, dout, causal, softmax_scale, compute_dtype)
+    ref, pt = reference_results(q, k, v, dout, causal, softmax_scale, compute_dtype, **mods)
     floor_grad = grad_floor(q, k, v, dout, softmax_scale)
+    floors = {"out": 0.0, "lse": 0.0, "dv": floor_grad}
+    if ours.out is not None:
+        floors.update(stored_output_floors(ours.out, ref.out, q, k, dout, softmax_scale, floor_grad))
     for field in ("out", "lse", "dq", "dk", "dv"):
         if getattr(ours, field) is None:
             continue
         is_grad = field.startswith("d")
         assert_fa_close(field, getattr(ours, field), getattr(ref, field), getattr(pt, field),
-                        GRAD_FACTOR if is_grad else OUT_FACTOR, floor_grad if is_grad else 0.0)
+                        GRAD_FACTOR if is_grad else OUT_FACTOR, floors.get(field, floor_grad))
+
+
+def stored_output_floors(out, ref_out, q, k, dout, softmax_scale, floor_grad):
+    """atol_floor of dq and dk for the backward's D = rowsum(dO * O) taken from the stored
+    low-precision O (FlashAttention's algorithm): D is off by dD_i = rowsum(dO * (O - O_exact)), which
+    moves dS_ij by P_ij * dD_i, so dq by at most scale * max|dD| * max|K| and dk by at most
+    scale * max|dD| * max|Q| * seqlen_q * (query heads per KV head) (a column of P sums to at most
+    seqlen_q). It decides only where the exact gradient cancels to 0 and pt's is exactly 0: one
+    visible key with dropout (O = V / (1 - p), rounded) gives dq = 0 in exact math. Taken from the
+    data, so it is as small as ours' forward error."""
+    if out.numel() == 0:
+        return {}
+    delta_error = (dout.double() * (out.detach().double() - ref_out.detach().double())).sum(-1).abs().max().item()
+    amax = lambda t: t.detach().abs().max().double().item() if t.numel() else 0.0  # noqa: E731
+    group = q.shape[-2] // k.shape[-2]
+    return {"dq": floor_grad + 2 * softmax_scale * delta_error * amax(k),
+            "dk": floor_grad + 2 * softmax_scale * delta_error * amax(q) * q.shape[1] * group}
 
 
 def make_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, device):

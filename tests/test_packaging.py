@@ -10,17 +10,46 @@ import flash_attn
 import flash_attn.ops
 from helpers import make_qkv
 
+PUBLIC_FUNCTIONS = ("flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
+                    "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func")
 OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 
 def test_version_and_public_names():
     assert re.fullmatch(r"\d+\.\d+\.\d+([.+-]?\w+)*", flash_attn.__version__)
-    assert set(flash_attn.__all__) == {"flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
-                                       "__version__"}
+    assert set(flash_attn.__all__) == set(PUBLIC_FUNCTIONS) | {"__version__"}
     for name in flash_attn.__all__:
         assert getattr(flash_attn, name) is not None
-    for name in ("flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func"):
+    for name in PUBLIC_FUNCTIONS:
         assert callable(getattr(flash_attn, name)) and getattr(flash_attn, name).__doc__
+
+
+def test_flash_attn_interface_module_path():
+    """FA2's module path: `from flash_attn.flash_attn_interface import ...` finds the same functions."""
+    import flash_attn.flash_attn_interface as fai
+
+    for name in PUBLIC_FUNCTIONS:
+        assert getattr(fai, name) is getattr(flash_attn, name)
+
+
+def test_signatures_match_flash_attention_2():
+    """Argument names, order and defaults as in FlashAttention 2 (2.6+)."""
+    import inspect
+
+    options = ["dropout_p=0.0", "softmax_scale=None", "causal=False", "window_size=(-1, -1)", "softcap=0.0",
+               "alibi_slopes=None", "deterministic=False", "return_attn_probs=False"]
+    expected = {
+        "flash_attn_func": ["q", "k", "v"] + options,
+        "flash_attn_qkvpacked_func": ["qkv"] + options,
+        "flash_attn_kvpacked_func": ["q", "kv"] + options,
+        "flash_attn_varlen_func": ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"]
+        + options + ["block_table=None"],
+        "flash_attn_varlen_qkvpacked_func": ["qkv", "cu_seqlens", "max_seqlen"] + options,
+        "flash_attn_varlen_kvpacked_func": ["q", "kv", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                                            "max_seqlen_k"] + options,
+    }
+    for name, parameters in expected.items():
+        assert [str(p) for p in inspect.signature(getattr(flash_attn, name)).parameters.values()] == parameters
 
 
 def test_ops_are_registered():
@@ -31,21 +60,42 @@ def test_ops_are_registered():
     assert torch._C._dispatch_has_kernel_for_dispatch_key("flash_attn::bwd", "CPU")
 
 
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("nheads_k", [4, 2])
-def test_opcheck_cpu(causal, nheads_k):
-    """torch.library.opcheck runs test_schema, test_autograd_registration, test_faketensor and
-    test_aot_dispatch_dynamic on both ops, including non-contiguous (packed-slice) inputs."""
-    q, k, v, dout = make_qkv(2, 5, 7, 4, nheads_k, 16, torch.bfloat16, "cpu")
+def opcheck_both_ops(device, nheads_k, window, softcap=0.0, alibi=False, varlen=False, dropout_p=0.0,
+                     test_utils=OPCHECK_UTILS):
+    """torch.library.opcheck of fwd and bwd (test_schema, test_autograd_registration,
+    test_faketensor, test_aot_dispatch_dynamic), with non-contiguous (packed-slice) k and v."""
+    q, k, v, dout = make_qkv(2, 5, 7, 4, nheads_k, 16, torch.bfloat16, device)
     kv = torch.stack((k, v), dim=2)  # k, v below are slices of it: non-contiguous, like kvpacked
     k, v = kv.unbind(2)
-    args = [t.requires_grad_() for t in (q, k.detach(), v.detach())] + [0.25, causal]
-    result = torch.library.opcheck(torch.ops.flash_attn.fwd.default, args, test_utils=OPCHECK_UTILS)
+    cu = [None, None]
+    if varlen:  # the same tensors as 2 sequences of 5 queries / 7 keys, and one empty sequence
+        q, k, v, dout = (t.reshape(-1, *t.shape[2:]) for t in (q, k, v, dout))
+        cu = [torch.tensor([0, 5, 10, 10], dtype=torch.int32, device=device),
+              torch.tensor([0, 7, 7, 14], dtype=torch.int32, device=device)]
+    slopes = torch.rand(4, device=device) if alibi else None
+    options = [*cu, 5, 7, dropout_p, 0.25, *window, softcap, slopes]
+    args = [t.requires_grad_() for t in (q, k.detach(), v.detach())] + options + [False]
+    result = torch.library.opcheck(torch.ops.flash_attn.fwd.default, args, test_utils=test_utils)
     assert set(result.values()) == {"SUCCESS"}, result
-    out, lse = torch.ops.flash_attn.fwd(*args)
-    bwd_args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), 0.25, causal)
-    result = torch.library.opcheck(torch.ops.flash_attn.bwd.default, bwd_args, test_utils=OPCHECK_UTILS)
+    out, lse, rng_state = torch.ops.flash_attn.fwd(*args)
+    bwd_args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), *options, rng_state, True)
+    result = torch.library.opcheck(torch.ops.flash_attn.bwd.default, bwd_args, test_utils=test_utils)
     assert set(result.values()) == {"SUCCESS"}, result
+
+
+OPCHECK_CASES = {  # name: kwargs of opcheck_both_ops
+    "plain": dict(nheads_k=4, window=(-1, -1)),
+    "causal_gqa": dict(nheads_k=2, window=(-1, 0)),
+    "window_softcap_alibi": dict(nheads_k=2, window=(2, 1), softcap=3.0, alibi=True),
+    "varlen_causal": dict(nheads_k=2, window=(-1, 0), varlen=True, alibi=True),
+    # dropout draws a new mask per call, so only the checks that compare no values across calls
+    "dropout": dict(nheads_k=2, window=(-1, 0), dropout_p=0.2, test_utils=("test_schema", "test_faketensor")),
+}
+
+
+@pytest.mark.parametrize("case", OPCHECK_CASES)
+def test_opcheck_cpu(case):
+    opcheck_both_ops("cpu", **OPCHECK_CASES[case])
 
 
 def test_build_report():

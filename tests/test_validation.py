@@ -59,12 +59,25 @@ def test_bad_inputs_raise_naming_the_argument(case):
         flash_attn.flash_attn_func(q, k, v)
 
 
-NOT_IMPLEMENTED = {  # argument: (non-default value, message pattern)
-    "dropout_p": (0.1, r"dropout_p=0.1 is not implemented"),
-    "window_size": ((128, 0), r"window_size=\(128, 0\) \(local attention\) is not implemented"),
-    "softcap": (30.0, r"softcap=30.0 is not implemented"),
-    "alibi_slopes": (torch.ones(4), r"alibi_slopes is not implemented"),
-    "deterministic": (True, r"deterministic=True is not implemented"),
+BAD_OPTIONS = {  # name: (kwargs, exception, message pattern); q has batch 2, 4 heads
+    "dropout_negative": (dict(dropout_p=-0.1), ValueError, r"dropout_p must be a float in \[0, 1\), got -0.1"),
+    "dropout_one": (dict(dropout_p=1.0), ValueError, r"dropout_p must be a float in \[0, 1\)"),
+    "dropout_tensor": (dict(dropout_p=torch.tensor(0.1)), ValueError, r"dropout_p must be a float"),
+    "window_one_entry": (dict(window_size=(4,)), ValueError, r"window_size must be a pair \(left, right\)"),
+    "window_below_minus_one": (dict(window_size=(-2, 0)), ValueError, r"window_size must be a pair .* >= -1"),
+    "window_float": (dict(window_size=(1.5, 0)), ValueError, r"window_size must be a pair \(left, right\) of ints"),
+    "softcap_negative": (dict(softcap=-1.0), ValueError, r"softcap must be a finite float >= 0"),
+    "softcap_inf": (dict(softcap=float("inf")), ValueError, r"softcap must be a finite float >= 0"),
+    "deterministic_str": (dict(deterministic="yes"), TypeError, r"deterministic must be a bool"),
+    "alibi_fp16": (dict(alibi_slopes=torch.ones(4, dtype=torch.float16)), TypeError,
+                   r"alibi_slopes must be float32, got torch.float16"),
+    "alibi_list": (dict(alibi_slopes=[1.0] * 4), TypeError, r"alibi_slopes must be a torch.Tensor, got list"),
+    "alibi_wrong_heads": (dict(alibi_slopes=torch.ones(3)), ValueError,
+                          r"alibi_slopes must have shape \(nheads,\) = \(4,\) or \(batch, nheads\) = \(2, 4\), "
+                          r"got \(3,\)"),
+    "alibi_wrong_batch": (dict(alibi_slopes=torch.ones(3, 4)), ValueError, r"alibi_slopes must have shape"),
+    "alibi_other_device": (dict(alibi_slopes=torch.ones(4, device="meta")), ValueError,
+                           r"alibi_slopes is on meta but q is on cpu"),
 }
 PUBLIC_CALLS = {  # name: call(kwargs) on valid CPU inputs
     "flash_attn_func": lambda **kw: flash_attn.flash_attn_func(*qkv(), **kw),
@@ -76,11 +89,57 @@ PUBLIC_CALLS = {  # name: call(kwargs) on valid CPU inputs
 
 
 @pytest.mark.parametrize("function", PUBLIC_CALLS)
-@pytest.mark.parametrize("argument", NOT_IMPLEMENTED)
-def test_not_implemented_arguments(argument, function):
-    value, message = NOT_IMPLEMENTED[argument]
-    with pytest.raises(NotImplementedError, match=message):
-        PUBLIC_CALLS[function](**{argument: value})
+@pytest.mark.parametrize("case", BAD_OPTIONS)
+def test_bad_options_raise_naming_the_argument(case, function):
+    kwargs, exception, message = BAD_OPTIONS[case]
+    with pytest.raises(exception, match=message):
+        PUBLIC_CALLS[function](**kwargs)
+
+
+def varlen_call(total_q=10, total_k=12, **overrides):
+    """flash_attn_varlen_func on valid (2-sequence) CPU inputs, with `overrides` replacing arguments."""
+    args = dict(q=torch.randn(total_q, 4, 16, dtype=BF16), k=torch.randn(total_k, 2, 16, dtype=BF16),
+                v=torch.randn(total_k, 2, 16, dtype=BF16), cu_seqlens_q=torch.tensor([0, 4, 10], dtype=torch.int32),
+                cu_seqlens_k=torch.tensor([0, 5, 12], dtype=torch.int32), max_seqlen_q=6, max_seqlen_k=7)
+    args.update(overrides)
+    return flash_attn.flash_attn_varlen_func(**args)
+
+
+BAD_VARLEN = {  # name: (overrides, exception, message pattern)
+    "cu_seqlens_q_int64": (dict(cu_seqlens_q=torch.tensor([0, 4, 10])), TypeError,
+                           r"cu_seqlens_q must be int32, got torch.int64"),
+    "cu_seqlens_k_2d": (dict(cu_seqlens_k=torch.zeros(1, 3, dtype=torch.int32)), ValueError,
+                        r"cu_seqlens_k must have shape \(batch \+ 1,\)"),
+    "cu_seqlens_k_none": (dict(cu_seqlens_k=None), TypeError, r"cu_seqlens_k must be a torch.Tensor"),
+    "cu_seqlens_mismatch": (dict(cu_seqlens_k=torch.tensor([0, 12], dtype=torch.int32)), ValueError,
+                            r"cu_seqlens_q \(3,\) and cu_seqlens_k \(2,\) must both have batch \+ 1 entries"),
+    "cu_seqlens_other_device": (dict(cu_seqlens_q=torch.zeros(3, dtype=torch.int32, device="meta")), ValueError,
+                                r"cu_seqlens_q is on meta but q is on cpu"),
+    "max_seqlen_negative": (dict(max_seqlen_q=-1), ValueError, r"max_seqlen_q must be a non-negative int, got -1"),
+    "max_seqlen_tensor": (dict(max_seqlen_k=torch.tensor(7)), ValueError, r"max_seqlen_k must be a non-negative int"),
+    "q_rank_4": (dict(q=torch.randn(1, 10, 4, 16, dtype=BF16)), ValueError,
+                 r"q must have 3 dims \(total_tokens, nheads, headdim\)"),
+    "alibi_batch_mismatch": (dict(alibi_slopes=torch.ones(3, 4)), ValueError,
+                             r"alibi_slopes must have shape \(nheads,\) = \(4,\) or \(batch, nheads\) = \(2, 4\)"),
+    "block_table": (dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), NotImplementedError,
+                    r"block_table \(paged K/V\) is not implemented yet"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_VARLEN)
+def test_bad_varlen_inputs(case):
+    overrides, exception, message = BAD_VARLEN[case]
+    with pytest.raises(exception, match=message):
+        varlen_call(**overrides)
+
+
+def test_bad_varlen_packed_inputs():
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"qkv must have shape \(total_tokens, 3, nheads, headdim\)"):
+        flash_attn.flash_attn_varlen_qkvpacked_func(torch.randn(8, 2, 4, 16, dtype=BF16), cu, 5)
+    with pytest.raises(ValueError, match=r"kv must have shape \(total_tokens, 2, nheads, headdim\)"):
+        flash_attn.flash_attn_varlen_kvpacked_func(torch.randn(8, 4, 16, dtype=BF16), torch.randn(8, 4, 16, dtype=BF16),
+                                                   cu, cu, 5, 5)
 
 
 @pytest.mark.parametrize("function", PUBLIC_CALLS)

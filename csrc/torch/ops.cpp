@@ -1,5 +1,6 @@
-// The only torch-aware C++: argument checks, allocation, params, the current stream, and the
-// CUDA implementations of flash_attn::fwd / flash_attn::bwd (schemas live in flash_attn/ops.py).
+// Argument checks, allocation, params, the current stream, and the CUDA implementations of
+// flash_attn::fwd / flash_attn::bwd (schemas live in flash_attn/ops.py; their CUDA autograd is in
+// autograd.cpp).
 // Every check raises RuntimeError (TORCH_CHECK); the public functions validate first and raise
 // ValueError / TypeError themselves.
 #include <ATen/cuda/CUDAContext.h>
@@ -304,7 +305,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_fwd(
     const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
     const c10::optional<at::Tensor>& cu_seqlens_q, const c10::optional<at::Tensor>& cu_seqlens_k,
     int64_t max_seqlen_q, int64_t max_seqlen_k, double dropout_p, double softmax_scale, int64_t window_left,
-    int64_t window_right, double softcap, const c10::optional<at::Tensor>& alibi_slopes) {
+    int64_t window_right, double softcap, const c10::optional<at::Tensor>& alibi_slopes,
+    bool /*deterministic: read by the backward only*/) {
   const Options o{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                   window_left,  window_right, softcap,      alibi_slopes};
   const bool varlen = o.varlen();

@@ -40,7 +40,9 @@ class Suite:
     implementation names by priority (the first with a value is compared with the peers), `metric`
     the unit of the cell values, `config_keys` the config entries shown in tables, `extra_columns`
     (key in Row.extra, header, digits) the derived numbers shown after the cells, `digits` the
-    decimals of a cell, `show_us` whether a cell also shows its time in microseconds."""
+    decimals of a cell, `show_us` whether a cell also shows its time in microseconds, `peer_ratios`
+    whether rows compare ours with peers (ours / best peer, ours / sdpa-flash); a suite whose rows
+    compare a feature with its own baseline states its ratios in extra columns instead."""
 
     name: str
     title: str
@@ -52,6 +54,7 @@ class Suite:
     extra_columns: list = field(default_factory=list)
     digits: int = 1
     show_us: bool = False
+    peer_ratios: bool = True
     rows: list = field(default_factory=list)
     noise: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)

@@ -4,7 +4,8 @@ Every training forward takes q, k, v as (batch, seqlen, nheads, headdim) and ret
 that layout. SDPA-based ones are handed transposed views (batch, nheads, seqlen, headdim), not copies,
 and their output is transposed back (a view), so every implementation reads the same memory and the
 backward's dout needs no copy. Every decode forward takes q (batch, 1, nheads, headdim) and the cache
-k, v (batch, context, nheads_k, headdim).
+k, v (batch, context, nheads_k, headdim). Every padded forward takes q, k, v (batch, seqlen, nheads,
+headdim), a key padding mask (batch, seqlen), True for kept tokens, and a dropout probability.
 """
 
 import contextlib
@@ -16,12 +17,13 @@ import torch
 import torch.nn.functional as F
 
 import flash_attn
-from flash_attn import ops
+from flash_attn import bert_padding, ops
 
 LABELS = {
     "ours": "ours",
     "ours-kvcache": "ours (kvcache)",
     "flash": "sdpa-flash",
+    "sdpa": "sdpa (auto backend)",
     "cudnn": "sdpa-cudnn",
     "efficient": "sdpa-efficient",
     "math": "sdpa-math",
@@ -67,9 +69,29 @@ def _check_ours_ready(q):
         raise RuntimeError(ops.cuda_kernels_unavailable_reason())
 
 
-def ours_forward(q, k, v, causal):
+def _public_function(name):
+    """flash_attn.<name>, or an error that says this version lacks it (the cell shows it)."""
+    function = getattr(flash_attn, name, None)
+    if function is None:
+        raise RuntimeError(f"flash_attn.{name} does not exist in this version")
+    return function
+
+
+def ours_attention(q, k, v, **options):
+    """flash_attn_func with any of its keyword options (window_size, dropout_p, deterministic, ...)."""
     _check_ours_ready(q)
-    return flash_attn.flash_attn_func(q, k, v, causal=causal)
+    return flash_attn.flash_attn_func(q, k, v, **options)
+
+
+def ours_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options):
+    """flash_attn_varlen_func on packed q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim)."""
+    _check_ours_ready(q)
+    return _public_function("flash_attn_varlen_func")(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                      max_seqlen_k, **options)
+
+
+def ours_forward(q, k, v, causal):
+    return ours_attention(q, k, v, causal=causal)
 
 
 def sdpa_forward(q, k, v, causal, enable_gqa=False):
@@ -189,3 +211,61 @@ def naive_decode(q, k_cache, v_cache):
     probs = torch.softmax(scores, dim=-1)
     out = torch.matmul(probs, v_cache.transpose(1, 2))
     return out.reshape(batch, 1, nheads, headdim)
+
+
+def naive_padded(q, k, v, key_mask, dropout_p):
+    """The FlashAttention paper's baseline with a padding mask: scores, padded keys set to -inf,
+    softmax, torch dropout, matmul, in the input dtype. Padded queries are computed too: plain
+    PyTorch has no way to skip them."""
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    scores = torch.matmul(qt, kt.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
+    scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    probs = F.dropout(torch.softmax(scores, dim=-1), dropout_p, training=True)
+    return torch.matmul(probs, vt).transpose(1, 2)
+
+
+def _sdpa_key_mask(key_mask):
+    """(batch, seqlen) -> (batch, 1, 1, seqlen): SDPA broadcasts it over heads and queries."""
+    return key_mask[:, None, None, :]
+
+
+def sdpa_padded(q, k, v, key_mask, dropout_p):
+    """SDPA with the padding mask as attn_mask, on whichever backend SDPA picks (its FlashAttention
+    backend takes no mask)."""
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                         attn_mask=_sdpa_key_mask(key_mask), dropout_p=dropout_p)
+    return out.transpose(1, 2)
+
+
+def sdpa_padded_backend(q, k, v, key_mask, dropout_p):
+    """The backend SDPA picks for sdpa_padded, by name, from torch's private chooser (its only way to
+    say which kernel a call will run); 'unknown' where this torch lacks it."""
+    try:
+        from torch.nn.attention import SDPBackend
+
+        choice = torch._fused_sdp_choice(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                         _sdpa_key_mask(key_mask), dropout_p, False)
+        return SDPBackend(choice).name
+    except Exception:  # noqa: BLE001 - a private function: any failure only loses the label
+        return "unknown"
+
+
+def ours_padded(q, k, v, key_mask, dropout_p):
+    """What a model with a padding mask does around flash_attn: unpad, varlen attention, pad back.
+    The mask is read once and k, v gathered with its indices, as transformers' flash-attention path
+    does; padded queries are dropped too (their output rows are zeros)."""
+    batch, seqlen = key_mask.shape
+    q_unpad, indices, cu_seqlens, max_seqlen, _ = bert_padding.unpad_input(q, key_mask)
+    k_unpad, v_unpad = (bert_padding.index_first_axis(t.flatten(0, 1), indices) for t in (k, v))
+    out = ours_varlen(q_unpad, k_unpad, v_unpad, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                      dropout_p=dropout_p)
+    return bert_padding.pad_input(out, indices, batch, seqlen)
+
+
+PADDED_IMPLS = ("naive", "sdpa", "ours")
+
+
+def padded_impl(name):
+    """The Impl called `name` (one of PADDED_IMPLS) for a padded batch with dropout."""
+    forwards = {"naive": naive_padded, "sdpa": sdpa_padded, "ours": ours_padded}
+    return Impl(name, forwards[name], materializes=name == "naive")

@@ -1,13 +1,13 @@
 """What a run measures: the quick and full sets of configurations, and the user's overrides."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from . import impls as impl_lib
-from .shapes import TRAINING_HIDDEN, TRAINING_TOKENS
+from .shapes import TRAINING_HIDDEN, TRAINING_TOKENS, AttnShape
 
-SUITES = ("speed", "speedup", "memory", "decode")
+SUITES = ("speed", "speedup", "memory", "decode", "features")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 FULL_DTYPES = ("bf16", "fp16")
@@ -40,11 +40,33 @@ class SpeedConfig:
 
 
 @dataclass
+class FeaturePlan:
+    """The features suite's problems, at the shapes its targets are stated for (the same in the quick
+    and full sets: the suite is cheap). Tests shrink them.
+
+    varlen_dense is the equal-length batch; the varlen side packs as many tokens into sequences of
+    random lengths in varlen_lengths. deterministic lists the shapes of the deterministic backward;
+    the host-overhead rows use the plan's speedup_shape at overhead_seqlens."""
+
+    varlen_dense: AttnShape = AttnShape(8, 2048, 2048, 16, 16, 128)
+    varlen_lengths: tuple = (128, 4096)
+    window: AttnShape = AttnShape(1, 16384, 16384, 16, 16, 128)
+    window_left: int = 4096
+    dropout: AttnShape = AttnShape(2, 8192, 8192, 16, 16, 128)
+    dropout_p: float = 0.1
+    deterministic: tuple = (AttnShape(2, 8192, 8192, 16, 16, 128), AttnShape(8, 2048, 2048, 32, 32, 64))
+    overhead_seqlens: tuple = (128, 256, 512, 1024)
+    dtype: str = "bf16"
+    seed: int = 0
+
+
+@dataclass
 class Plan:
     """Everything a run measures. The shapes default to BENCHMARKS.md's (team design notes); tests shrink them.
 
     speedup_shape and memory_shape are (batch, nheads, headdim); decode_heads is
-    (nheads, nheads_k, headdim); decode holds (batch, context) pairs."""
+    (nheads, nheads_k, headdim); decode holds (batch, context) pairs. The speedup suite's
+    dropout+mask series uses speedup_dropout_p and padding lengths drawn with padding_seed."""
 
     suites: tuple
     impls: tuple
@@ -62,6 +84,9 @@ class Plan:
     speedup_dtype: str = "bf16"
     memory_dtype: str = "bf16"
     decode_dtype: str = "bf16"
+    speedup_dropout_p: float = 0.1
+    padding_seed: int = 0
+    features: FeaturePlan = field(default_factory=FeaturePlan)
 
 
 def speed_configs(quick, dtypes=None, headdims=None, seqlens=None):
@@ -79,7 +104,7 @@ def speed_configs(quick, dtypes=None, headdims=None, seqlens=None):
 def build_plan(quick=True, suites=None, dtypes=None, headdims=None, seqlens=None, impls=None):
     """The plan for the quick (default) or full set. seqlens, when given, replaces the sweep of the
     speed, speedup and memory suites; dtypes and headdims apply to the speed suite (the other suites
-    have the fixed shapes BENCHMARKS.md gives)."""
+    have the fixed shapes BENCHMARKS.md gives, and the features suite those of its targets)."""
     suites = tuple(suites or SUITES)
     unknown = [name for name in suites if name not in SUITES]
     if unknown:

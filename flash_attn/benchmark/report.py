@@ -45,21 +45,32 @@ def _extra_text(value, digits):
     return str(value)
 
 
+def _ratio_headers(suite):
+    if not suite.peer_ratios:
+        return []
+    return ["ours / best peer"] + (["ours / sdpa-flash"] if "flash" in suite.columns else [])
+
+
+def _ratio_cells(suite, row):
+    if not suite.peer_ratios:
+        return []
+    cells = [_ratio_text(row.ratios.get("ours_over_best_peer"), row.ratios.get("best_peer"))]
+    if "flash" in suite.columns:
+        cells.append(_ratio_text(row.ratios.get("ours_over_reference")))
+    return cells
+
+
 def suite_table(suite):
     """The suite's markdown table: config columns, one column per implementation, the derived columns,
-    then ours / best peer (naming the peer) and ours / sdpa-flash."""
-    has_reference = "flash" in suite.columns
+    then (for suites that compare with peers) ours / best peer, naming the peer, and ours / sdpa-flash."""
     headers = (list(suite.config_keys) + [label(name) for name in suite.columns]
-               + [header for _, header, _ in suite.extra_columns] + ["ours / best peer"]
-               + (["ours / sdpa-flash"] if has_reference else []))
+               + [header for _, header, _ in suite.extra_columns] + _ratio_headers(suite))
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for row in suite.rows:
         cells = ([_config_text(key, row.config.get(key)) for key in suite.config_keys]
                  + [_cell_text(suite, row.cells.get(name)) for name in suite.columns]
                  + [_extra_text(row.extra.get(key), digits) for key, _, digits in suite.extra_columns]
-                 + [_ratio_text(row.ratios.get("ours_over_best_peer"), row.ratios.get("best_peer"))])
-        if has_reference:
-            cells.append(_ratio_text(row.ratios.get("ours_over_reference")))
+                 + _ratio_cells(suite, row))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

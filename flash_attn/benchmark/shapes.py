@@ -1,9 +1,11 @@
-"""Shapes, FLOP and byte counts, and memory estimates, as the design notes' BENCHMARKS.md defines them.
+"""Shapes, FLOP and byte counts, and memory estimates, as the design notes' BENCHMARKS.md defines them;
+exact score-element counts under causal and window masks; the random lengths of varlen and padded batches.
 
 Attention tensors are (batch, seqlen, nheads, headdim). FLOPs are counted as the published
 FlashAttention, cuDNN and FA3/FA4 numbers count them, so TFLOP/s compare across those sources.
 """
 
+import random
 from dataclasses import dataclass
 
 TRAINING_HIDDEN = 2048  # model width of the published training benchmarks
@@ -86,3 +88,46 @@ def parse_seqlen(text):
 def format_seqlen(seqlen):
     """2048 -> '2k', 512 -> '512', 1536 -> '1536'."""
     return f"{seqlen // 1024}k" if seqlen >= 1024 and seqlen % 1024 == 0 else str(seqlen)
+
+
+def score_pairs(seqlen_q, seqlen_k, window=(-1, -1)):
+    """Exact number of (query, key) score elements attention computes: key j is seen by query i when
+    i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right (bottom-right aligned, as
+    FlashAttention 2; -1 is unbounded, so causal is window (-1, 0)). Counted per query row, so a
+    window's ragged start and a causal diagonal are exact, not the s^2/2 of attention_flops."""
+    left, right = window
+    offset = seqlen_k - seqlen_q
+    total = 0
+    for i in range(seqlen_q):
+        first = 0 if left < 0 else max(0, i + offset - left)
+        last = seqlen_k - 1 if right < 0 else min(seqlen_k - 1, i + offset + right)
+        total += max(0, last - first + 1)
+    return total
+
+
+def pairs_flops(pairs, nheads, headdim, pass_name="fwd"):
+    """FLOPs of one pass over `pairs` score elements per head, counted as attention_flops counts
+    them (4 * d per element forward, times the pass factor)."""
+    return 4.0 * pairs * nheads * headdim * PASS_FLOP_FACTOR[pass_name]
+
+
+def mixed_lengths(total, low, high, seed):
+    """Random sequence lengths in [low, high] that add up to exactly `total` (a packed varlen batch).
+    Each draw leaves room for a last sequence of at least `low`, which takes the remainder."""
+    if high < 2 * low - 1 or total < low:
+        raise ValueError(f"cannot split {total} tokens into lengths in [{low}, {high}]")
+    rng = random.Random(seed)
+    lengths, remaining = [], total
+    while remaining > high:
+        length = min(rng.randint(low, high), remaining - low)
+        lengths.append(length)
+        remaining -= length
+    lengths.append(remaining)
+    return lengths
+
+
+def padding_lengths(batch, seqlen, seed):
+    """The kept length of each sequence of a padded batch: random in [seqlen / 2, seqlen], as the
+    FlashAttention paper's padding-mask benchmark draws them."""
+    rng = random.Random(seed)
+    return [rng.randint(seqlen // 2, seqlen) for _ in range(batch)]

@@ -1,20 +1,21 @@
-"""The suites: training speed, speed-up over naive attention, memory, and decode.
+"""The suites: training speed, speed-up over naive attention, memory, and decode (the features suite
+is in features.py).
 
 Each returns a Suite of rows; each row holds one Cell per implementation. Every measurement runs
 through measure.guarded, so a failing or out-of-memory implementation fills its cell and the run
-goes on. Inputs are fresh torch.randn tensors (never zeros: zeros hide wrong indexing and can run
-faster than real data).
+goes on. Inputs are fresh torch.randn tensors (runner.random_inputs).
 """
 
 import functools
-import time
 
 import torch
 
 from . import impls as impl_lib
-from .cells import ERROR, OK, OOM, SKIPPED, Cell, Row, Suite, compute_ratios, format_value, short_text
-from .measure import guarded, release_memory
+from .cells import ERROR, OK, OOM, SKIPPED, Cell, Row, Suite, short_text
+from .features import run_features
+from .measure import guarded
 from .plan import DTYPES
+from .runner import backward_cell, random_inputs, run_configs, timed_cell
 from .shapes import (
     PASSES,
     AttnShape,
@@ -23,26 +24,13 @@ from .shapes import (
     gb_per_s,
     kv_cache_bytes,
     materialized_peak_bytes,
-    tflops_per_s,
+    padding_lengths,
     training_shape,
 )
 
 GIB = 2**30
 MIB = 2**20
 SDPA_PEERS = ("flash", "cudnn", "efficient", "math")
-
-
-def _inputs(shape, dtype, device, requires_grad=True):
-    """q, k, v (batch, seqlen, nheads, headdim) and dout, drawn from randn."""
-    def draw(seqlen, nheads, grad):
-        return torch.randn(shape.batch, seqlen, nheads, shape.headdim, dtype=dtype, device=device,
-                           requires_grad=grad)
-
-    q = draw(shape.seqlen_q, shape.nheads, requires_grad)
-    k = draw(shape.seqlen_k, shape.nheads_k, requires_grad)
-    v = draw(shape.seqlen_k, shape.nheads_k, requires_grad)
-    dout = draw(shape.seqlen_q, shape.nheads, False)
-    return q, k, v, dout
 
 
 def _materialized_verdict(bench, impl, shape, dtype, cap_bytes):
@@ -70,20 +58,6 @@ def _cells_where_they_fit(bench, impls, shape, dtype, measure):
     return cells
 
 
-def _timed_cell(bench, fn, flops):
-    """A TFLOP/s cell from the median time of fn."""
-    ms = bench.timer(fn)
-    return Cell(OK, tflops_per_s(flops, ms), ms)
-
-
-def _backward_cell(bench, forward, inputs, dout, flops, kept):
-    """Forward once, then time torch.autograd.grad over that graph (retain_graph, as it is replayed).
-    The detached output goes to kept['out'] for the correctness check; the graph dies on return."""
-    out = forward()
-    kept["out"] = out.detach()
-    return _timed_cell(bench, lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True), flops)
-
-
 def _time_training(bench, impl, q, k, v, dout, causal, shape):
     """Cells for each pass (TFLOP/s) and the forward output (or None). The backward goes first so its
     retained graph is gone before the other passes allocate theirs."""
@@ -94,10 +68,10 @@ def _time_training(bench, impl, q, k, v, dout, causal, shape):
 
     kept = {}
     flops = {name: attention_flops(shape, causal, name) for name in PASSES}
-    cells = {"bwd": guarded(lambda: _backward_cell(bench, forward, inputs, dout, flops["bwd"], kept))}
-    cells["fwd"] = guarded(lambda: _timed_cell(bench, forward, flops["fwd"]))
+    cells = {"bwd": guarded(lambda: backward_cell(bench, forward, inputs, dout, flops["bwd"], kept))}
+    cells["fwd"] = guarded(lambda: timed_cell(bench, forward, flops["fwd"]))
     cells["fwd+bwd"] = guarded(
-        lambda: _timed_cell(bench, lambda: torch.autograd.grad(forward(), inputs, dout), flops["fwd+bwd"])
+        lambda: timed_cell(bench, lambda: torch.autograd.grad(forward(), inputs, dout), flops["fwd+bwd"])
     )
     return cells, kept.get("out")
 
@@ -114,7 +88,7 @@ def _output_difference(outputs, columns):
 
 def _speed_rows(bench, impls, cfg, shape, cap_bytes):
     dtype = DTYPES[cfg.dtype]
-    q, k, v, dout = _inputs(shape, dtype, bench.device)
+    q, k, v, dout = random_inputs(shape, dtype, bench.device)
     by_pass = {name: {} for name in PASSES}
     outputs = {}
     for impl in impls:
@@ -132,54 +106,6 @@ def _speed_rows(bench, impls, cfg, shape, cap_bytes):
     config = {"dtype": cfg.dtype, "headdim": cfg.headdim, "causal": cfg.causal, "seqlen": cfg.seqlen,
               "batch": shape.batch, "nheads": shape.nheads}
     return [Row({**config, "pass": name}, by_pass[name], dict(check) if name == "fwd" else {}) for name in PASSES]
-
-
-def _noise(first, second, description):
-    """The first configuration timed twice: per implementation (and pass) both times in ms, and the
-    largest spread in percent of the smaller. A difference between peers below it is noise."""
-    times, spreads = {}, []
-    for row_a, row_b in zip(first, second, strict=True):
-        for name, cell_a in row_a.cells.items():
-            cell_b = row_b.cells.get(name)
-            if not (cell_a.ok and cell_b is not None and cell_b.ok and cell_a.ms and cell_b.ms):
-                continue
-            key = f"{name} {row_a.config.get('pass', '')}".strip()
-            times[key] = [cell_a.ms, cell_b.ms]
-            spreads.append(abs(cell_a.ms - cell_b.ms) / min(cell_a.ms, cell_b.ms) * 100)
-    return {"config": description, "times_ms": times, "max_spread_pct": max(spreads) if spreads else None}
-
-
-def _compact(cell, digits):
-    if cell.ok:
-        return format_value(cell.value, digits)
-    return {OOM: "OOM", SKIPPED: "skip", ERROR: "err"}.get(cell.status, cell.status)
-
-
-def _summary(suite, rows):
-    """One progress line's numbers: each implementation's cells, one per row, joined by '/'."""
-    parts = []
-    for name in suite.columns:
-        values = "/".join(_compact(row.cells[name], 0 if suite.digits <= 1 else suite.digits) for row in rows)
-        parts.append(f"{impl_lib.label(name)} {values}")
-    return " · ".join(parts)
-
-
-def _run_configs(bench, suite, configs, run_one, describe, repeat_first=True):
-    """Run each configuration; time the first twice (noise estimate, the second is kept); report one
-    progress line per configuration; finish with the ratios."""
-    for index, cfg in enumerate(configs):
-        start = time.perf_counter()
-        rows = run_one(cfg)
-        if index == 0 and repeat_first:
-            again = run_one(cfg)
-            suite.noise = _noise(rows, again, describe(cfg))
-            rows = again
-        suite.rows.extend(rows)
-        release_memory()
-        bench.progress(f"[{suite.name} {index + 1}/{len(configs)}] {describe(cfg)}: {suite.metric} "
-                       f"{_summary(suite, rows)} ({time.perf_counter() - start:.1f} s)")
-    compute_ratios(suite)
-    return suite
 
 
 def run_speed(bench, plan):
@@ -205,17 +131,19 @@ def run_speed(bench, plan):
         shape = training_shape(cfg.seqlen, cfg.headdim, plan.hidden, plan.tokens)
         return f"{cfg.dtype} {'causal' if cfg.causal else 'non-causal'} {shape.describe()} (fwd/bwd/fwd+bwd)"
 
-    return _run_configs(bench, suite, plan.speed, run_one, describe)
+    return run_configs(bench, suite, plan.speed, run_one, describe)
 
 
-def _fwd_bwd_ms_cell(bench, impl, q, k, v, dout, causal):
-    """A cell whose value is the median forward+backward time in ms."""
+def _fwd_bwd_ms_cell(bench, impl, qkv, dout, *options):
+    """A cell whose value is the median time in ms of impl.forward(*qkv, *options) and its backward.
+    The SDPA peer of the dropout+mask series notes which backend SDPA picked."""
     def step():
-        return torch.autograd.grad(impl.forward(q, k, v, causal), (q, k, v), dout)
+        return torch.autograd.grad(impl.forward(*qkv, *options), qkv, dout)
 
     with impl.context():
         ms = bench.timer(step)
-    return Cell(OK, ms, ms)
+    note = f"SDPA picked {impl_lib.sdpa_padded_backend(*qkv, *options)}" if impl.name == "sdpa" else ""
+    return Cell(OK, ms, ms, note)
 
 
 def _baseline_over(cells, name, baseline="naive"):
@@ -225,34 +153,81 @@ def _baseline_over(cells, name, baseline="naive"):
     return cells[baseline].value / cells[name].value
 
 
+SPEEDUP_SERIES = ("plain", "causal", "dropout+mask")  # the FlashAttention paper's speed-up figure's series
+MASKED_SERIES = "dropout+mask"
+
+
+def _speedup_columns(plan):
+    """naive, sdpa-flash, sdpa (auto backend) and ours, those the plan asks for. The dropout+mask
+    series' SDPA peer runs where sdpa-flash is asked for: it stands in for it, as sdpa-flash takes no mask."""
+    needs = {"naive": "naive", "flash": "flash", "sdpa": "flash", "ours": "ours"}
+    return [name for name, needed in needs.items() if needed in plan.impls]
+
+
+def _key_padding_mask(batch, seqlen, seed, device):
+    """(batch, seqlen) bool, True for the first length tokens of each sequence (shapes.padding_lengths)."""
+    lengths = torch.tensor(padding_lengths(batch, seqlen, seed), device=device)
+    return torch.arange(seqlen, device=device) < lengths[:, None]
+
+
+def _speedup_cells(bench, plan, columns, series, shape, dtype):
+    """The cells of one speedup row: plain or causal attention of naive, sdpa-flash and ours, or for
+    the dropout+mask series the padded forwards of naive, sdpa (auto backend) and ours."""
+    q, k, v, dout = random_inputs(shape, dtype, bench.device)
+    if series == MASKED_SERIES:
+        impls = [impl_lib.padded_impl(name) for name in impl_lib.PADDED_IMPLS if name in columns]
+        options = (_key_padding_mask(shape.batch, shape.seqlen_q, plan.padding_seed, bench.device),
+                   plan.speedup_dropout_p)
+    else:
+        impls = [impl_lib.training_impl(name) for name in ("naive", "flash", "ours") if name in columns]
+        options = (series == "causal",)
+    return _cells_where_they_fit(bench, impls, shape, dtype,
+                                 lambda impl: _fwd_bwd_ms_cell(bench, impl, (q, k, v), dout, *options))
+
+
+def _speedup_notes(plan):
+    return [
+        f"{plan.speedup_dtype}. Series: plain and causal attention without dropout or mask; {MASKED_SERIES}: "
+        f"dropout p={plan.speedup_dropout_p} and a key padding mask, each sequence keeping a random length in "
+        f"[seqlen/2, seqlen] (seed {plan.padding_seed}), as the FlashAttention paper's figure.",
+        f"{MASKED_SERIES} implementations: naive = scores, padded keys masked_fill -inf, softmax, torch dropout, "
+        f"matmul (padded queries computed too); ours = unpad_input -> flash_attn_varlen_func(dropout_p) -> "
+        f"pad_input, the unpadding timed with it (what a model with a padding mask does); sdpa (auto backend) = "
+        f"SDPA with attn_mask and dropout_p on whichever backend SDPA picks (named in the cell notes), since "
+        f"sdpa-flash takes no mask. The sdpa speed-up column is sdpa-flash's in the plain and causal series and "
+        f"sdpa (auto backend)'s in {MASKED_SERIES}.",
+    ]
+
+
 def run_speedup(bench, plan):
-    """Forward+backward time of naive attention, SDPA-flash and ours, and the speed-up over naive,
-    at the shape of the FlashAttention paper's speed-up figure (batch 8, 12 heads, headdim 64)."""
-    names = [name for name in ("naive", "flash", "ours") if name in plan.impls]
-    impls = [impl_lib.training_impl(name) for name in names]
+    """Forward+backward time of naive attention, SDPA and ours, and the speed-up over naive, at the
+    shape of the FlashAttention paper's speed-up figure (batch 8, 12 heads, headdim 64), in its three
+    series: plain, causal, and with dropout and a padding mask."""
+    columns = _speedup_columns(plan)
     batch, nheads, headdim = plan.speedup_shape
     dtype = DTYPES[plan.speedup_dtype]
     suite = Suite(
         "speedup", "Forward+backward time (ms, lower is better) and speed-up over naive attention", "ms", False,
-        columns=names, ours=["ours"], config_keys=["causal", "seqlen", "batch", "nheads", "headdim"], digits=2,
+        columns=columns, ours=["ours"], config_keys=["series", "seqlen", "batch", "nheads", "headdim"], digits=2,
         extra_columns=[("speedup_ours", "ours speed-up vs naive", 2),
-                       ("speedup_flash", "sdpa-flash speed-up vs naive", 2)],
+                       ("speedup_sdpa", "sdpa speed-up vs naive", 2)],
     )
-    suite.notes.append(f"{plan.speedup_dtype}, no dropout, no padding mask (those columns come with those features).")
+    suite.notes.extend(_speedup_notes(plan))
 
     def run_one(cfg):
-        causal, seqlen = cfg
+        series, seqlen = cfg
         shape = AttnShape(batch, seqlen, seqlen, nheads, nheads, headdim)
-        q, k, v, dout = _inputs(shape, dtype, bench.device)
-        cells = _cells_where_they_fit(bench, impls, shape, dtype,
-                                      lambda impl: _fwd_bwd_ms_cell(bench, impl, q, k, v, dout, causal))
-        extra = {"speedup_ours": _baseline_over(cells, "ours"), "speedup_flash": _baseline_over(cells, "flash")}
-        return [Row({"causal": causal, "seqlen": seqlen, "batch": batch, "nheads": nheads, "headdim": headdim},
-                    cells, extra)]
+        cells = _speedup_cells(bench, plan, columns, series, shape, dtype)
+        masked = series == MASKED_SERIES
+        extra = {"speedup_ours": _baseline_over(cells, "ours"),
+                 "speedup_sdpa": _baseline_over(cells, "sdpa" if masked else "flash")}
+        config = {"series": series, "causal": series == "causal", "dropout_p": plan.speedup_dropout_p if masked
+                  else 0.0, "padding_mask": masked, "seqlen": seqlen, "batch": batch, "nheads": nheads,
+                  "headdim": headdim}
+        return [Row(config, cells, extra)]
 
-    configs = [(causal, seqlen) for causal in (False, True) for seqlen in plan.speedup_seqlens]
-    return _run_configs(bench, suite, configs, run_one,
-                        lambda cfg: f"{'causal' if cfg[0] else 'non-causal'} s={format_seqlen(cfg[1])}")
+    configs = [(series, seqlen) for series in SPEEDUP_SERIES for seqlen in plan.speedup_seqlens]
+    return run_configs(bench, suite, configs, run_one, lambda cfg: f"{cfg[0]} s={format_seqlen(cfg[1])}")
 
 
 def _memory_cell(bench, impl, q, k, v, dout, causal):
@@ -281,13 +256,13 @@ def run_memory(bench, plan):
 
     def run_one(seqlen):
         shape = AttnShape(batch, seqlen, seqlen, nheads, nheads, headdim)
-        q, k, v, dout = _inputs(shape, dtype, bench.device)
+        q, k, v, dout = random_inputs(shape, dtype, bench.device)
         cells = _cells_where_they_fit(bench, impls, shape, dtype,
                                       lambda impl: _memory_cell(bench, impl, q, k, v, dout, True))
         return [Row({"seqlen": seqlen, "batch": batch, "nheads": nheads, "headdim": headdim, "causal": True},
                     cells, {"reduction_vs_naive": _baseline_over(cells, "ours")})]
 
-    return _run_configs(bench, suite, plan.memory_seqlens, run_one, lambda s: f"s={format_seqlen(s)}",
+    return run_configs(bench, suite, plan.memory_seqlens, run_one, lambda s: f"s={format_seqlen(s)}",
                         repeat_first=False)
 
 
@@ -351,15 +326,16 @@ def run_decode(bench, plan):
     def run_one(cfg):
         batch, context = cfg
         shape = AttnShape(batch, 1, context, nheads, nheads_k, headdim)
-        q, k, v, _ = _inputs(shape, dtype, bench.device, requires_grad=False)
+        q, k, v, _ = random_inputs(shape, dtype, bench.device, requires_grad=False)
         nbytes = kv_cache_bytes(batch, context, nheads_k, headdim, q.element_size())
         cells = {name: _decode_cell(bench, name, q, k, v, nbytes) for name in suite.columns}
         return [Row({"batch": batch, "context": context, "nheads": nheads, "nheads_k": nheads_k,
                      "headdim": headdim}, cells)]
 
     with torch.no_grad():
-        return _run_configs(bench, suite, plan.decode, run_one,
+        return run_configs(bench, suite, plan.decode, run_one,
                             lambda cfg: f"b={cfg[0]} ctx={format_seqlen(cfg[1])}")
 
 
-RUNNERS = {"speed": run_speed, "speedup": run_speedup, "memory": run_memory, "decode": run_decode}
+RUNNERS = {"speed": run_speed, "speedup": run_speedup, "memory": run_memory, "decode": run_decode,
+           "features": run_features}
