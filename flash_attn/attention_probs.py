@@ -13,6 +13,8 @@ the dropout pattern is the kernels' own (torch.ops.flash_attn.dropout_keep_mask 
 Philox code as the forward on CUDA, flash_attn.dropout on CPU). Memory is O(seqlen_q * seqlen_k).
 """
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -66,25 +68,41 @@ def dropout_attention_probs(q, k, varlen, softmax_scale, window, softcap, alibi_
                             headdim):
     """S_dmask for the forward that returned rng_state. q, k dense (b, s, h, d) with varlen None,
     or (total, h, d) with varlen = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)."""
-    options = reference.ScoreOptions(window=window, softcap=softcap, alibi_slopes=alibi_slopes)
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = varlen or (None, None, q.shape[1], k.shape[1])
+    return torch.ops.flash_attn.attention_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                softmax_scale, window[0], window[1], softcap, alibi_slopes, dropout_p,
+                                                rng_state, headdim)
+
+
+# An op, so that torch.compile(fullgraph=True) sees one opaque call: varlen reads cu_seqlens on the
+# host, which a traced graph cannot.
+@torch.library.custom_op("flash_attn::attention_probs", mutates_args=())
+def _attention_probs(q: torch.Tensor, k: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+                     cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+                     window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
+                     dropout_p: float, rng_state: torch.Tensor, headdim: int) -> torch.Tensor:
+    options = reference.ScoreOptions(window=(window_left, window_right), softcap=softcap, alibi_slopes=alibi_slopes)
     block_n = fa2_block_n(headdim, q.device)
     nheads = q.shape[-2]
-    if varlen is None:
-        batch, seqlen_q, seqlen_k = q.shape[0], q.shape[1], k.shape[1]
-    else:
-        cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k = varlen
-        batch = cu_seqlens_q.shape[0] - 1
-    keep = torch.ops.flash_attn.dropout_keep_mask(rng_state, batch, nheads, seqlen_q, seqlen_k, dropout_p)
-    dense = torch.zeros(batch, nheads, seqlen_q, seqlen_k, dtype=torch.float32, device=q.device)
-    if varlen is None:
+    batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
+    keep = torch.ops.flash_attn.dropout_keep_mask(rng_state, batch, nheads, max_seqlen_q, max_seqlen_k, dropout_p)
+    if cu_seqlens_q is None:
         dense = _signed(_sequence_probs(q, k, softmax_scale, options, block_n), keep)
     else:
+        dense = torch.zeros(batch, nheads, max_seqlen_q, max_seqlen_k, dtype=torch.float32, device=q.device)
         bounds_q, bounds_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
         for b in range(batch):
-            q_b = q[bounds_q[b]:bounds_q[b + 1]][:seqlen_q].unsqueeze(0)
-            k_b = k[bounds_k[b]:bounds_k[b + 1]][:seqlen_k].unsqueeze(0)
+            q_b = q[bounds_q[b]:bounds_q[b + 1]][:max_seqlen_q].unsqueeze(0)
+            k_b = k[bounds_k[b]:bounds_k[b + 1]][:max_seqlen_k].unsqueeze(0)
             sq, sk = q_b.shape[1], k_b.shape[1]
             probs = _sequence_probs(q_b, k_b, softmax_scale, options.for_sequence(b), block_n)
             dense[b, :, :sq, :sk] = _signed(probs[0], keep[b, :, :sq, :sk])
-    pad_q, pad_k = -seqlen_q % _ROUND, -seqlen_k % _ROUND
-    return F.pad(dense, (0, pad_k, 0, pad_q)).to(q.dtype)
+    return F.pad(dense, (0, -max_seqlen_k % _ROUND, 0, -max_seqlen_q % _ROUND)).to(q.dtype)
+
+
+@_attention_probs.register_fake
+def _attention_probs_fake(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, window_left,
+                          window_right, softcap, alibi_slopes, dropout_p, rng_state, headdim):
+    batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
+    rounded = lambda n: -(-n // _ROUND) * _ROUND  # noqa: E731
+    return q.new_empty((batch, q.shape[-2], rounded(max_seqlen_q), rounded(max_seqlen_k)))

@@ -5,6 +5,7 @@
 #   STAGES="build test" scripts/gpu_check.sh
 #   PYTEST_ARGS="-k fwd" BENCH_ARGS="--suite speed" scripts/gpu_check.sh
 #   STAGES="sweep" scripts/gpu_check.sh  # tile sweep only (benchmarks/experiments/tile_sweep.cu)
+#   STAGES="build sanitize" scripts/gpu_check.sh  # compute-sanitizer memcheck of the varlen bad-metadata tests
 #   STAGES="sweep" SWEEP_ARGS="64 8192 0;128 2048 1" scripts/gpu_check.sh
 #
 # Build variables pass through (FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, FLASH_ATTN_CUDA_ARCHS, default
@@ -23,7 +24,7 @@ summary=()
 LOG=$OUT/check.log
 # Per-stage time limits (seconds) so one stuck stage leaves time for the others' output.
 declare -A LIMIT=([build]=${BUILD_LIMIT:-300} [test]=${TEST_LIMIT:-300} [bench]=${BENCH_LIMIT:-240}
-                  [sweep]=${SWEEP_LIMIT:-150})
+                  [sweep]=${SWEEP_LIMIT:-150} [sanitize]=${SANITIZE_LIMIT:-200})
 stage() {  # stage NAME COMMAND...: runs, appends its output to $LOG, records wall time and status
   local name=$1; shift
   local start=$SECONDS
@@ -59,6 +60,11 @@ fi
 if [[ $STAGES == *test* ]]; then
   stage test python3 -m pytest -q --maxfail=10 --durations=15 -p no:cacheprovider tests ${PYTEST_ARGS:-}
   tail -n 40 /tmp/.stage.log
+fi
+if [[ $STAGES == *sanitize* ]]; then  # memcheck: no kernel reads or writes outside its tensors
+  stage sanitize compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_gpu_features.py -k sanitizer
+  tail -n 30 /tmp/.stage.log
 fi
 if [[ $STAGES == *bench* ]]; then
   stage bench python3 -m flash_attn.benchmark --quick --out "$OUT/bench" ${BENCH_ARGS:-}

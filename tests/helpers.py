@@ -306,6 +306,39 @@ def assert_rounding_close(name, actual, exact, eps, terms):
         assert err <= tol, f"{name}: max error {err:.3g} > {tol:.3g} ({terms} terms, eps {eps:.3g})"
 
 
+OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+def fwd_op(q, k, v, softmax_scale, causal):
+    """torch.ops.flash_attn.fwd on dense tensors with no option but causal: (out, lse, rng_state)."""
+    return torch.ops.flash_attn.fwd(q, k, v, None, None, q.shape[1], k.shape[1], 0.0, softmax_scale, -1,
+                                    0 if causal else -1, 0.0, None, False)
+
+
+def opcheck_both_ops(device, nheads_k, window, softcap=0.0, alibi=False, varlen=False, dropout_p=0.0,
+                     test_utils=OPCHECK_UTILS, dtype=torch.bfloat16, headdim=16, seqlen_q=5, seqlen_k=7):
+    """torch.library.opcheck of fwd and bwd (test_schema, test_autograd_registration,
+    test_faketensor, test_aot_dispatch_dynamic), with non-contiguous (packed-slice) k and v; varlen
+    views the batch of 2 as sequences plus an empty one."""
+    q, k, v, dout = make_qkv(2, seqlen_q, seqlen_k, 4, nheads_k, headdim, dtype, device)
+    kv = torch.stack((k, v), dim=2)  # k, v below are slices of it: non-contiguous, like kvpacked
+    k, v = kv.unbind(2)
+    cu = [None, None]
+    if varlen:  # the same tensors as 2 sequences of 5 queries / 7 keys, and one empty sequence
+        q, k, v, dout = (t.reshape(-1, *t.shape[2:]) for t in (q, k, v, dout))
+        cu = [torch.tensor([0, seqlen_q, 2 * seqlen_q, 2 * seqlen_q], dtype=torch.int32, device=device),
+              torch.tensor([0, seqlen_k, seqlen_k, 2 * seqlen_k], dtype=torch.int32, device=device)]
+    slopes = torch.rand(4, device=device) if alibi else None
+    options = [*cu, seqlen_q, seqlen_k, dropout_p, headdim ** -0.5, *window, softcap, slopes]
+    args = [t.requires_grad_() for t in (q, k.detach(), v.detach())] + options + [False]
+    result = torch.library.opcheck(torch.ops.flash_attn.fwd.default, args, test_utils=test_utils)
+    assert set(result.values()) == {"SUCCESS"}, result
+    out, lse, rng_state = torch.ops.flash_attn.fwd(*args)
+    bwd_args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), *options, rng_state, True)
+    result = torch.library.opcheck(torch.ops.flash_attn.bwd.default, bwd_args, test_utils=test_utils)
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
 # Module marks of the GPU test files: skip cleanly without a GPU or the extension (no GPU query
 # beyond is_available at import), and poison every output (conftest.cuda_test_setup).
 GPU_TEST_MARKS = [

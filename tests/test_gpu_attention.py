@@ -21,7 +21,7 @@ import torch
 import flash_attn
 import flash_attn.ops
 from helpers import (GPU_TEST_MARKS, LAYOUTS, check_flash_attn, check_layouts, check_public, check_rows_without_keys,
-                     make_qkv, require_kernel)
+                     fwd_op, make_qkv, require_kernel)
 
 pytestmark = GPU_TEST_MARKS
 
@@ -138,7 +138,7 @@ def test_ops_reject_headdim_not_multiple_of_8():
     """The op itself (below the public functions, which pad) names the head dim rule."""
     q = torch.randn(1, 4, 2, 60, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="head dim must be a multiple of 8"):
-        torch.ops.flash_attn.fwd(q, q, q, 0.125, False)
+        fwd_op(q, q, q, 0.125, False)
 
 
 def test_ops_report_mismatched_shapes_with_numbers():
@@ -146,9 +146,9 @@ def test_ops_report_mismatched_shapes_with_numbers():
     q = torch.randn(1, 4, 3, 64, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(2, 4, 2, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match=r"k has batch 2 but q has 1"):
-        torch.ops.flash_attn.fwd(q, k, k, 0.125, False)
+        fwd_op(q, k, k, 0.125, False)
     with pytest.raises(RuntimeError, match=r"nheads of q \(3\) must be a multiple of nheads of k and v \(2\)"):
-        torch.ops.flash_attn.fwd(q, k[:1], k[:1], 0.125, False)
+        fwd_op(q, k[:1], k[:1], 0.125, False)
 
 
 @pytest.mark.parametrize("headdim,causal", [(64, False), (128, True), (256, False)])

@@ -8,11 +8,10 @@ import torch
 
 import flash_attn
 import flash_attn.ops
-from helpers import make_qkv
+from helpers import opcheck_both_ops
 
 PUBLIC_FUNCTIONS = ("flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
                     "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func")
-OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 
 def test_version_and_public_names():
@@ -58,29 +57,6 @@ def test_ops_are_registered():
     assert "softmax_scale" in str(torch.ops.flash_attn.fwd.default._schema)
     assert torch._C._dispatch_has_kernel_for_dispatch_key("flash_attn::fwd", "CPU")
     assert torch._C._dispatch_has_kernel_for_dispatch_key("flash_attn::bwd", "CPU")
-
-
-def opcheck_both_ops(device, nheads_k, window, softcap=0.0, alibi=False, varlen=False, dropout_p=0.0,
-                     test_utils=OPCHECK_UTILS):
-    """torch.library.opcheck of fwd and bwd (test_schema, test_autograd_registration,
-    test_faketensor, test_aot_dispatch_dynamic), with non-contiguous (packed-slice) k and v."""
-    q, k, v, dout = make_qkv(2, 5, 7, 4, nheads_k, 16, torch.bfloat16, device)
-    kv = torch.stack((k, v), dim=2)  # k, v below are slices of it: non-contiguous, like kvpacked
-    k, v = kv.unbind(2)
-    cu = [None, None]
-    if varlen:  # the same tensors as 2 sequences of 5 queries / 7 keys, and one empty sequence
-        q, k, v, dout = (t.reshape(-1, *t.shape[2:]) for t in (q, k, v, dout))
-        cu = [torch.tensor([0, 5, 10, 10], dtype=torch.int32, device=device),
-              torch.tensor([0, 7, 7, 14], dtype=torch.int32, device=device)]
-    slopes = torch.rand(4, device=device) if alibi else None
-    options = [*cu, 5, 7, dropout_p, 0.25, *window, softcap, slopes]
-    args = [t.requires_grad_() for t in (q, k.detach(), v.detach())] + options + [False]
-    result = torch.library.opcheck(torch.ops.flash_attn.fwd.default, args, test_utils=test_utils)
-    assert set(result.values()) == {"SUCCESS"}, result
-    out, lse, rng_state = torch.ops.flash_attn.fwd(*args)
-    bwd_args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), *options, rng_state, True)
-    result = torch.library.opcheck(torch.ops.flash_attn.bwd.default, bwd_args, test_utils=test_utils)
-    assert set(result.values()) == {"SUCCESS"}, result
 
 
 OPCHECK_CASES = {  # name: kwargs of opcheck_both_ops
