@@ -30,6 +30,8 @@ ALL_CUDA_ARCHS = ("80", "86", "89", "90")
 FEATURE_FLAGS = ("DROPOUT", "SOFTCAP", "ALIBI", "LOCAL", "VARLEN")
 # Kernel sources compiled once whatever the dtype / head dim selection.
 SHARED_KERNEL_SOURCES = ("csrc/flash/dropout_mask.cu",)
+# The torch-facing C++: the ops' CUDA implementations and the CUDA autograd of flash_attn::fwd.
+TORCH_SOURCES = ("csrc/torch/ops.cpp", "csrc/torch/autograd.cpp")
 _ARCH_SUFFIX = {"90": "a"}  # arch-specific features (wgmma) need sm_90a
 
 
@@ -78,7 +80,7 @@ def _cuda_extension():
         nvcc_flags.append("-lineinfo")
     if _env("FLASH_ATTN_PTXAS_VERBOSE") == "1":
         nvcc_flags.append("-Xptxas=-v")
-    sources = [os.path.relpath(p, ROOT) for p in kernel_sources] + list(SHARED_KERNEL_SOURCES) + ["csrc/torch/ops.cpp"]
+    sources = [os.path.relpath(p, ROOT) for p in kernel_sources] + list(SHARED_KERNEL_SOURCES) + list(TORCH_SOURCES)
     return CUDAExtension(
         name="flash_attn._C",
         sources=sources,
