@@ -1,6 +1,11 @@
 """The benchmark's own logic, on CPU: FLOP and byte formulas, shape rules, the quick/full plans, ratios
 with error cells, every suite run end to end on tiny CPU shapes with a stand-in timer, result writing
-(JSON, markdown, plots), and the no-GPU path of `python -m flash_attn.benchmark`."""
+(JSON, markdown, plots), and the no-GPU path of `python -m flash_attn.benchmark`.
+
+The speedup suite's dropout+mask series and the features suite also run with stand-ins for our
+functions (materialized attention that records the options it was called with), so their plumbing is
+checked whatever state the library's own functions are in; one test runs them on the library itself
+once it has flash_attn_varlen_func."""
 
 import json
 import os
@@ -11,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
+import flash_attn
 from flash_attn.benchmark import cells as cells_lib
-from flash_attn.benchmark import env, impls, measure, report, suites
+from flash_attn.benchmark import env, features, impls, measure, report, suites
 from flash_attn.benchmark import plan as plan_lib
 from flash_attn.benchmark.cells import ERROR, OK, OOM, SKIPPED, Cell, Row, Suite
 from flash_attn.benchmark.cli import main
@@ -23,7 +29,11 @@ from flash_attn.benchmark.shapes import (
     gb_per_s,
     kv_cache_bytes,
     materialized_peak_bytes,
+    mixed_lengths,
+    padding_lengths,
+    pairs_flops,
     parse_seqlen,
+    score_pairs,
     tflops_per_s,
     training_shape,
 )
@@ -80,11 +90,59 @@ def test_seqlen_text():
     assert [format_seqlen(s) for s in (128, 1024, 16384, 1536)] == ["128", "1k", "16k", "1536"]
 
 
+def _brute_force_pairs(seqlen_q, seqlen_k, window):
+    """Score elements kept by FlashAttention 2's bottom-right aligned window mask, counted on the mask."""
+    left, right = window
+    rows = torch.arange(seqlen_q).unsqueeze(1) + (seqlen_k - seqlen_q)
+    cols = torch.arange(seqlen_k).unsqueeze(0)
+    keep = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool)
+    if left >= 0:
+        keep &= cols >= rows - left
+    if right >= 0:
+        keep &= cols <= rows + right
+    return int(keep.sum())
+
+
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(7, 7), (5, 9), (9, 5), (1, 12)])
+@pytest.mark.parametrize("window", [(-1, -1), (-1, 0), (0, 0), (2, 0), (3, 1), (-1, 2), (4, -1)])
+def test_score_pairs_count_the_mask_exactly(seqlen_q, seqlen_k, window):
+    assert score_pairs(seqlen_q, seqlen_k, window) == _brute_force_pairs(seqlen_q, seqlen_k, window)
+
+
+def test_unmasked_flops_at_the_feature_shapes():
+    assert score_pairs(16384, 16384) == 16384**2
+    assert score_pairs(16384, 16384, (-1, 0)) == 16384 * 16385 // 2  # the diagonal counts
+    # a 4096-key window at 16k: 4096 ragged rows, then 4097 keys per query
+    window = score_pairs(16384, 16384, (4096, 0))
+    assert window == 4096 * 4097 // 2 + (16384 - 4096) * 4097
+    assert score_pairs(16384, 16384, (-1, 0)) / window == pytest.approx(2.29, abs=0.01)
+    shape = AttnShape(2, 1024, 1024, 16, 16, 128)
+    for name in ("fwd", "bwd", "fwd+bwd"):
+        assert pairs_flops(2 * score_pairs(1024, 1024), 16, 128, name) == attention_flops(shape, False, name)
+
+
+def test_random_lengths_of_varlen_and_padded_batches():
+    lengths = mixed_lengths(8, 16384, 128, 4096, seed=0)
+    assert len(lengths) == 8 and sum(lengths) == 16384 and all(128 <= n <= 4096 for n in lengths)
+    assert min(lengths) < 1024 and max(lengths) > 3072  # mixed: short and long sequences
+    assert mixed_lengths(8, 16384, 128, 4096, seed=0) == lengths
+    assert mixed_lengths(8, 16384, 128, 4096, seed=1) != lengths
+    assert mixed_lengths(2, 8192, 128, 4096, seed=0) == [4096, 4096]
+    assert mixed_lengths(1, 300, 128, 4096, seed=0) == [300]
+    for impossible in ((8, 1000, 128, 4096), (2, 9000, 128, 4096)):
+        with pytest.raises(ValueError):
+            mixed_lengths(*impossible, seed=0)
+    kept = padding_lengths(64, 512, seed=0)
+    assert all(256 <= n <= 512 for n in kept) and len(set(kept)) > 1
+    assert padding_lengths(64, 512, seed=0) == kept
+
+
 # ---- plans ----
 
 def test_quick_plan():
     plan = plan_lib.build_plan(quick=True)
     assert plan.suites == plan_lib.SUITES
+    assert set(plan.suites) == {"speed", "speedup", "memory", "decode", "features"}
     assert {c.dtype for c in plan.speed} == {"bf16"}
     assert {c.headdim for c in plan.speed} == {64, 128}
     points = {(c.headdim, c.causal, c.seqlen) for c in plan.speed}
@@ -96,6 +154,20 @@ def test_quick_plan():
     assert plan.decode == ((1, 8192), (8, 8192), (32, 4096), (64, 16384), (1, 131072))
     assert "flex" not in plan.impls and "ours" in plan.impls
     assert plan.materialized_cap_bytes < float("inf")
+    assert plan.speedup_dropout_p == 0.1
+
+
+def test_feature_plan_has_the_shapes_of_the_targets():
+    plan = plan_lib.build_plan(quick=True)
+    shapes = plan.features
+    assert shapes.varlen_dense.batch * shapes.varlen_dense.seqlen_q == 16384
+    assert (shapes.varlen_dense.nheads, shapes.varlen_dense.headdim) == (16, 128)
+    assert shapes.varlen_lengths == (128, 4096)
+    assert shapes.window == AttnShape(1, 16384, 16384, 16, 16, 128) and shapes.window_left == 4096
+    assert shapes.dropout == AttnShape(2, 8192, 8192, 16, 16, 128) and shapes.dropout_p == 0.1
+    assert [(s.seqlen_q, s.headdim) for s in shapes.deterministic] == [(8192, 128), (2048, 64)]
+    assert shapes.overhead_seqlens == (128, 256, 512, 1024) and plan.speedup_shape == (8, 12, 64)
+    assert plan_lib.build_plan(quick=False).features == shapes  # cheap: the same in both sets
 
 
 def test_full_plan_and_overrides():
@@ -182,11 +254,18 @@ def _cpu_bench(free_bytes=64 * GIB, cap_bytes=64 * GIB, progress=None):
                          progress or (lambda line: None))
 
 
+TINY_FEATURES = plan_lib.FeaturePlan(
+    varlen_dense=AttnShape(4, 16, 16, 2, 2, 16), varlen_lengths=(4, 28), window=AttnShape(1, 48, 48, 2, 2, 16),
+    window_left=8, dropout=AttnShape(1, 32, 32, 2, 2, 16), deterministic=(AttnShape(1, 32, 32, 2, 2, 16),),
+    overhead_seqlens=(16, 32))
+
+
 def _tiny_plan(**overrides):
     plan = plan_lib.build_plan(quick=True, seqlens=(32,), headdims=(32,))
     plan.hidden, plan.tokens = 64, 64
-    plan.speedup_shape = plan.memory_shape = (1, 2, 32)
+    plan.speedup_shape = plan.memory_shape = (2, 2, 32)
     plan.decode_heads, plan.decode = (4, 2, 32), ((1, 48),)
+    plan.features = TINY_FEATURES
     for key, value in overrides.items():
         setattr(plan, key, value)
     return plan
@@ -245,8 +324,15 @@ def test_materializing_peers_are_estimated_before_they_run():
 def test_speedup_memory_and_decode_suites_on_cpu():
     bench, plan = _cpu_bench(), _tiny_plan()
     speedup = suites.run_speedup(bench, plan)
-    assert [row.config["causal"] for row in speedup.rows] == [False, True]
-    assert all(row.extra["speedup_ours"] == pytest.approx(1.0) for row in speedup.rows)
+    assert [row.config["series"] for row in speedup.rows] == ["plain", "causal", "dropout+mask"]
+    assert [row.config["causal"] for row in speedup.rows] == [False, True, False]
+    assert all(row.extra["speedup_ours"] == pytest.approx(1.0) for row in speedup.rows[:2])
+    masked = speedup.rows[2]
+    assert masked.cells["naive"].status == OK and masked.cells["sdpa"].status == OK
+    if hasattr(flash_attn, "flash_attn_varlen_func"):
+        assert masked.cells["ours"].status == OK, masked.cells["ours"].note
+    else:
+        assert masked.cells["ours"].status == ERROR and "flash_attn_varlen_func" in masked.cells["ours"].note
     memory = suites.run_memory(bench, plan)
     assert all(row.cells["ours"].value == pytest.approx(3.0) for row in memory.rows)
     assert all(row.extra["reduction_vs_naive"] == pytest.approx(1.0) for row in memory.rows)
@@ -258,6 +344,176 @@ def test_speedup_memory_and_decode_suites_on_cpu():
     assert all(cell.status in (OK, ERROR) for cell in row.cells.values())
     if impls.kvcache_function() is None:
         assert any("flash_attn_with_kvcache" in note for note in decode.notes)
+
+
+# ---- stand-ins for our functions: materialized attention that records how it was called ----
+
+def _reference_attention(q, k, v, causal=False, window_size=(-1, -1), dropout_p=0.0, **_):
+    """Attention on (batch, seqlen, nheads, headdim) with FlashAttention 2's bottom-right aligned
+    causal and window masks, and torch dropout."""
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+    left, right = window_size
+    right = 0 if causal else right
+    rows = torch.arange(seqlen_q).unsqueeze(1) + (seqlen_k - seqlen_q)
+    cols = torch.arange(seqlen_k).unsqueeze(0)
+    keep = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool)
+    if left >= 0:
+        keep &= cols >= rows - left
+    if right >= 0:
+        keep &= cols <= rows + right
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * q.shape[-1] ** -0.5
+    probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
+    probs = torch.nn.functional.dropout(probs, dropout_p, training=True)
+    return torch.einsum("bhqk,bkhd->bqhd", probs, v.float()).to(q.dtype)
+
+
+@pytest.fixture
+def stand_in_ours(monkeypatch):
+    """Replaces ours_attention and ours_varlen; returns the list of (function, options) calls."""
+    calls = []
+
+    def attention(q, k, v, **options):
+        calls.append(("attention", options))
+        return _reference_attention(q, k, v, **options)
+
+    def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options):
+        calls.append(("varlen", {**options, "cu_seqlens_q": cu_seqlens_q.tolist(), "max_seqlen_q": max_seqlen_q}))
+        bounds_q, bounds_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        outs = [_reference_attention(q[None, a:b], k[None, c:d], v[None, c:d], **options)[0]
+                for a, b, c, d in zip(bounds_q[:-1], bounds_q[1:], bounds_k[:-1], bounds_k[1:], strict=True)]
+        return torch.cat(outs)
+
+    monkeypatch.setattr(impls, "ours_attention", attention)
+    monkeypatch.setattr(impls, "ours_varlen", varlen)
+    return calls
+
+
+def test_padded_forwards_agree_on_the_kept_tokens(stand_in_ours):
+    """naive, SDPA and ours (unpad -> varlen -> pad) compute the same attention over the kept keys."""
+    q, k, v = (torch.randn(3, 16, 2, 8, requires_grad=True) for _ in range(3))
+    key_mask = torch.arange(16) < torch.tensor([16, 9, 12]).unsqueeze(1)
+    naive = impls.naive_padded(q, k, v, key_mask, 0.0)
+    torch.testing.assert_close(impls.sdpa_padded(q, k, v, key_mask, 0.0), naive)
+    ours = impls.ours_padded(q, k, v, key_mask, 0.0)
+    torch.testing.assert_close(ours[key_mask], naive[key_mask])
+    assert (ours[~key_mask] == 0).all()  # padded queries dropped, as a model's unpadded path does
+    dk = torch.autograd.grad(ours, k, torch.randn_like(ours))[0]
+    assert (dk[~key_mask] == 0).all() and (dk[key_mask] != 0).any()
+    assert stand_in_ours[0][1]["cu_seqlens_q"] == [0, 16, 25, 37]
+    assert impls.sdpa_padded_backend(q, k, v, key_mask, 0.1) != ""
+
+
+def test_speedup_dropout_mask_series(stand_in_ours):
+    plan = _tiny_plan(speedup_seqlens=(16, 32))
+    suite = suites.run_speedup(_cpu_bench(), plan)
+    assert [(row.config["series"], row.config["seqlen"]) for row in suite.rows] == [
+        ("plain", 16), ("plain", 32), ("causal", 16), ("causal", 32), ("dropout+mask", 16), ("dropout+mask", 32)]
+    for row in suite.rows:
+        masked = row.config["series"] == "dropout+mask"
+        assert row.config["padding_mask"] == masked and row.config["dropout_p"] == (0.1 if masked else 0.0)
+        assert set(row.cells) == ({"naive", "sdpa", "ours"} if masked else {"naive", "flash", "ours"})
+        assert all(cell.status == OK for cell in row.cells.values()), row.cells
+        assert row.extra["speedup_ours"] == pytest.approx(1.0) and row.extra["speedup_sdpa"] == pytest.approx(1.0)
+        if masked:
+            assert row.cells["sdpa"].note.startswith("SDPA picked ")
+            assert row.ratios["ours_over_reference"] is None  # no sdpa-flash in this series
+    varlen_calls = [options for name, options in stand_in_ours if name == "varlen"]
+    assert varlen_calls and all(options["dropout_p"] == 0.1 for options in varlen_calls)
+    kept = padding_lengths(2, 32, plan.padding_seed)
+    assert {"cu_seqlens_q": [0, kept[0], sum(kept)], "max_seqlen_q": max(kept)}.items() <= varlen_calls[-1].items()
+    text = report.suite_markdown(suite)
+    assert "those columns come with those features" not in text
+    assert "flash_attn_varlen_func" in text and "SDPA picked" in text
+    assert len({line.count("|") for line in report.suite_table(suite).splitlines()}) == 1
+
+
+def _rows_of(suite, case, pass_name):
+    return [row for row in suite.rows if row.config["case"] == case and row.config["pass"] == pass_name]
+
+
+def test_features_suite_on_cpu(stand_in_ours):
+    lines = []
+    plan = _tiny_plan()
+    suite = suites.RUNNERS["features"](_cpu_bench(progress=lines.append), plan)
+    assert [(row.config["case"], row.config["pass"]) for row in suite.rows] == [
+        ("varlen", "fwd"), ("varlen", "bwd"), ("window", "fwd"), ("window", "bwd"), ("dropout", "fwd"),
+        ("dropout", "bwd"), ("deterministic", "bwd"), ("host overhead", "fwd+bwd"), ("host overhead", "fwd+bwd")]
+    assert len(lines) == 6 and lines[0].startswith("[features 1/6] varlen")
+    assert all(cell.status == OK for row in suite.rows for cell in row.cells.values())
+    # unmasked FLOPs: varlen per sequence, the window per query row
+    lengths = mixed_lengths(4, 64, 4, 28, seed=0)
+    varlen_fwd = _rows_of(suite, "varlen", "fwd")[0]
+    expected = tflops_per_s(4.0 * sum(n * n for n in lengths) * 2 * 16, FAKE_MS)
+    assert varlen_fwd.cells["feature"].value == pytest.approx(expected)
+    assert varlen_fwd.cells["baseline"].value == pytest.approx(tflops_per_s(4.0 * 4 * 16 * 16 * 2 * 16, FAKE_MS))
+    window_bwd = _rows_of(suite, "window", "bwd")[0]
+    expected = tflops_per_s(pairs_flops(score_pairs(48, 48, (8, 0)), 2, 16, "bwd"), FAKE_MS)
+    assert window_bwd.cells["feature"].value == pytest.approx(expected)
+    # with the same stand-in time on both sides every time ratio is 1
+    assert varlen_fwd.extra["ratio"] == pytest.approx(sum(n * n for n in lengths) / (4 * 16 * 16))
+    assert window_bwd.extra["result"] == "1.00" and window_bwd.extra["meets_target"] == "NO"
+    assert _rows_of(suite, "dropout", "bwd")[0].extra["result"] == "+0.0%"
+    assert all(row.extra["meets_target"] == "yes" for row in suite.rows if row.config["case"] != "window"
+               and row.config["case"] != "varlen")
+    assert [row.extra["target"] for row in suite.rows[::2]] == ["≥ 0.95", "≥ 3.00", "≤ +15.0%", "≥ 0.85", "≥ 1.00"]
+
+
+def test_features_call_ours_with_each_feature(stand_in_ours):
+    suites.RUNNERS["features"](_cpu_bench(), _tiny_plan())
+    options = [opts for _, opts in stand_in_ours]
+    assert any(opts.get("window_size") == (8, 0) and opts.get("causal") for opts in options)
+    assert any(opts == {"causal": True} for opts in options)  # the full causal baseline
+    assert any(opts.get("dropout_p") == 0.1 for opts in options)
+    assert any(opts.get("deterministic") is True for opts in options)
+    varlen = [opts for name, opts in stand_in_ours if name == "varlen"]
+    lengths = mixed_lengths(4, 64, 4, 28, seed=0)
+    assert varlen and varlen[0]["cu_seqlens_q"][-1] == 64 and varlen[0]["max_seqlen_q"] == max(lengths)
+
+
+def test_feature_table_states_ratio_and_target(stand_in_ours):
+    suite = suites.RUNNERS["features"](_cpu_bench(), _tiny_plan())
+    table = report.suite_table(suite)
+    header = table.splitlines()[0]
+    assert "ours / best peer" not in header and "ours / sdpa-flash" not in header
+    for column in ("case", "setup", "pass", "feature", "baseline", "compared", "result", "target", "meets target"):
+        assert f"| {column} |" in header
+    assert len({line.count("|") for line in table.splitlines()}) == 1
+    assert "µs ·" in table and "FLOP ratio 2.97" in table  # 48 queries, window 8: 1176 / 396 elements
+    assert "time causal / window" in table and "TFLOP/s varlen / dense" in table
+
+
+def _cell(ms, flops=1e9):
+    return Cell(OK, tflops_per_s(flops, ms), ms)
+
+
+def test_comparisons_judge_their_targets():
+    assert features.DROPOUT.extra(_cell(1.2), _cell(1.0))["result"] == "+20.0%"
+    assert features.DROPOUT.extra(_cell(1.2), _cell(1.0))["meets_target"] == "NO"
+    assert features.DROPOUT.extra(_cell(1.1), _cell(1.0))["meets_target"] == "yes"
+    window = features.window_comparison(2.29)
+    assert window.extra(_cell(1.0), _cell(3.1))["meets_target"] == "yes"
+    assert window.extra(_cell(1.0), _cell(2.2))["ratio"] == pytest.approx(2.2)
+    varlen = features.VARLEN.extra(_cell(1.0, flops=0.9e9), _cell(1.0))
+    assert varlen["ratio"] == pytest.approx(0.9) and varlen["meets_target"] == "NO"
+    assert features.DETERMINISTIC.extra(_cell(1.1), _cell(1.0))["meets_target"] == "yes"  # 0.91 >= 0.85
+    assert features.OVERHEAD.extra(_cell(1.0), _cell(0.9))["meets_target"] == "NO"
+    failed = features.OVERHEAD.extra(Cell(ERROR, note="x"), _cell(1.0))
+    assert failed["ratio"] is None and failed["meets_target"] == "—" and failed["target"] == "≥ 1.00"
+
+
+@pytest.mark.skipif(not hasattr(flash_attn, "flash_attn_varlen_func"),
+                    reason="flash_attn_varlen_func does not exist yet")
+def test_features_and_padded_series_run_on_the_library():
+    """Our real functions (the CPU reference path) take every option the suites pass."""
+    bench, plan = _cpu_bench(), _tiny_plan()
+    suite = features.run_features(bench, plan)
+    for row in suite.rows:
+        assert all(cell.status == OK for cell in row.cells.values()), (row.config, row.cells)
+    q, k, v = (torch.randn(2, 16, 2, 8, dtype=torch.bfloat16) for _ in range(3))
+    key_mask = torch.arange(16) < torch.tensor([16, 10]).unsqueeze(1)
+    ours = impls.ours_padded(q, k, v, key_mask, 0.0)
+    torch.testing.assert_close(ours[key_mask], impls.naive_padded(q, k, v, key_mask, 0.0)[key_mask],
+                               atol=2e-2, rtol=2e-2)
 
 
 def test_naive_decode_matches_sdpa_with_gqa():
@@ -289,7 +545,8 @@ def test_results_json_and_markdown(tmp_path):
     data = json.loads(paths[0].read_text())
     for key in ("device", "torch", "cuda", "cudnn", "date", "timer"):
         assert key in data["metadata"]
-    assert set(data["suites"]) == {"speed", "speedup", "memory", "decode"}
+    assert set(data["suites"]) == {"speed", "speedup", "memory", "decode", "features"}
+    assert data["suites"]["features"]["rows"][0]["extra"]["target"] == "≥ 0.95"
     assert data["suites"]["speed"]["rows"][0]["extra"]["ours_max_abs_diff"] == "nan"
     markdown = paths[1].read_text()
     assert markdown.startswith("# flash_attn benchmark")
@@ -353,8 +610,18 @@ def test_gpu_run_writes_each_suite_and_prints_the_report_last(tmp_path, monkeypa
     captured = capsys.readouterr()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "results.md"]
     assert captured.out == (tmp_path / "results.md").read_text()
-    assert "[speed 1/2]" in captured.err and "decode done" in captured.err
+    assert "[speed 1/2]" in captured.err and "decode done" in captured.err and "features done" in captured.err
+    assert "## Feature costs against their targets" in captured.out
     assert json.loads((tmp_path / "results.json").read_text())["metadata"]["arguments"] == argv
+
+
+def test_cli_offers_the_features_suite():
+    from flash_attn.benchmark import cli
+
+    assert cli.parse_args([]).suite == plan_lib.SUITES and "features" in plan_lib.SUITES
+    args = cli.parse_args(["--suite", "features,speedup"])
+    assert args.suite == ("features", "speedup")
+    assert plan_lib.build_plan(suites=args.suite).suites == ("features", "speedup")
 
 
 @pytest.mark.parametrize("argv", [["--suite", "bogus"], ["--impls", "ours,nope"], ["--dtypes", "fp8"]])

@@ -45,7 +45,8 @@ def parse_args(argv=None):
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument("--quick", dest="full", action="store_false",
                         help="the quick set (default): bf16, headdims 64 and 128, seqlens 512/2k/8k (+16k for hd128 "
-                             "non-causal), a memory sweep to 8k, the decode peers; about 2 minutes on an H100")
+                             "non-causal), a memory sweep to 8k, the decode peers, the feature comparisons; about 2 "
+                             "minutes on an H100")
     chosen.add_argument("--full", dest="full", action="store_true",
                         help="the full set: bf16 and fp16, headdims 64/128/256, seqlens 512 to 16k; 10+ minutes")
     parser.add_argument("--suite", type=name_list, default=SUITES, metavar="LIST",
@@ -53,7 +54,8 @@ def parse_args(argv=None):
     parser.add_argument("--dtypes", type=name_list, metavar="LIST", help="speed suite dtypes, of bf16,fp16")
     parser.add_argument("--headdims", type=int_list, metavar="LIST", help="speed suite head dims, e.g. 64,128,256")
     parser.add_argument("--seqlens", type=seqlen_list, metavar="LIST",
-                        help="sequence lengths of the speed, speedup and memory sweeps, e.g. 512,2k,16k")
+                        help="sequence lengths of the speed, speedup and memory sweeps, e.g. 512,2k,16k (the "
+                             "features suite keeps the shapes of its targets)")
     parser.add_argument("--impls", type=name_list, metavar="LIST",
                         help=f"implementations, of {','.join(impl_lib.TRAINING_IMPLS)} "
                              f"(default: {','.join(impl_lib.DEFAULT_TRAINING_IMPLS)}; flex compiles every shape)")

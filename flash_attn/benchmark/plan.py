@@ -44,7 +44,7 @@ class FeaturePlan:
     """The features suite's problems, at the shapes its targets are stated for (the same in the quick
     and full sets: the suite is cheap). Tests shrink them.
 
-    varlen_dense is the equal-length batch; the varlen side packs as many tokens into sequences of
+    varlen_dense is the equal-length batch; the varlen side packs as many sequences and tokens, with
     random lengths in varlen_lengths. deterministic lists the shapes of the deterministic backward;
     the host-overhead rows use the plan's speedup_shape at overhead_seqlens."""
 

@@ -1,6 +1,7 @@
 """PNG plots of a run (matplotlib with the Agg backend, imported only when plotting, so the
 benchmark runs without it). Every title carries the device, torch, CUDA, cuDNN and the date."""
 
+import itertools
 from pathlib import Path
 
 from .env import environment_line
@@ -11,7 +12,7 @@ DPI = 110
 HEADER_INCHES = 0.95  # room above a grid of subplots for a two-line title and a legend row
 # One colour per implementation in every plot, ours in black so it stands out.
 COLORS = {"ours": "black", "ours-kvcache": "dimgray", "flash": "C0", "cudnn": "C1", "efficient": "C2",
-          "math": "C3", "naive": "C4", "flex": "C5"}
+          "math": "C3", "naive": "C4", "flex": "C5", "sdpa": "C6"}
 
 
 def load_pyplot():
@@ -85,20 +86,26 @@ def plot_speed(plt, suite, metadata, out_dir):
     return paths
 
 
+SERIES_LINESTYLES = ("-", "--", ":", "-.")
+
+
 def plot_speedup(plt, suite, metadata, out_dir):
-    """Speed-up of forward+backward over naive attention vs seqlen, plain and causal."""
+    """Speed-up of forward+backward over naive attention vs seqlen, one line per series (plain, causal,
+    dropout+mask) for ours and for SDPA (sdpa-flash, or SDPA with the mask where the series has one)."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    for causal in (False, True):
-        rows = [row for row in suite.rows if row.config["causal"] == causal]
-        kind = "causal" if causal else "non-causal"
-        for key, name in (("speedup_ours", "ours"), ("speedup_flash", "flash")):
+    names = list(dict.fromkeys(row.config["series"] for row in suite.rows))  # in the suite's order
+    for series, linestyle in zip(names, itertools.cycle(SERIES_LINESTYLES)):
+        rows = [row for row in suite.rows if row.config["series"] == series]
+        sdpa = "sdpa" if any("sdpa" in row.cells for row in rows) else "flash"
+        for key, name in (("speedup_ours", "ours"), ("speedup_sdpa", sdpa)):
             points = sorted((row.config["seqlen"], row.extra[key]) for row in rows if row.extra.get(key))
-            ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=f"{label(name)}, {kind}",
-                    linestyle="--" if causal else "-", **_line_style(name))
+            if points:
+                ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=f"{label(name)}, {series}",
+                        linestyle=linestyle, **_line_style(name))
     _seqlen_axis(ax, sorted({row.config["seqlen"] for row in suite.rows}))
     ax.axhline(1.0, color="gray", linewidth=1)
     ax.set_ylabel("speed-up over naive attention (×)")
-    ax.legend()
+    ax.legend(fontsize="small")
     shape = suite.rows[0].config if suite.rows else {}
     ax.set_title(f"Forward+backward speed-up over naive attention (batch {shape.get('batch')}, "
                  f"{shape.get('nheads')} heads, headdim {shape.get('headdim')})\n{environment_line(metadata)}")
@@ -155,7 +162,11 @@ PLOTTERS = {"speed": plot_speed, "speedup": plot_speedup, "memory": plot_memory,
 
 
 def write_plots(plt, suite, metadata, out_dir):
-    """The suite's PNG files in out_dir. Returns their paths."""
+    """The suite's PNG files in out_dir (none for the features suite: its rows are ratios against
+    targets, which its table states). Returns their paths."""
+    plotter = PLOTTERS.get(suite.name)
+    if plotter is None:
+        return []
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return PLOTTERS[suite.name](plt, suite, metadata, out_dir)
+    return plotter(plt, suite, metadata, out_dir)

@@ -111,18 +111,18 @@ def pairs_flops(pairs, nheads, headdim, pass_name="fwd"):
     return 4.0 * pairs * nheads * headdim * PASS_FLOP_FACTOR[pass_name]
 
 
-def mixed_lengths(total, low, high, seed):
-    """Random sequence lengths in [low, high] that add up to exactly `total` (a packed varlen batch).
-    Each draw leaves room for a last sequence of at least `low`, which takes the remainder."""
-    if high < 2 * low - 1 or total < low:
-        raise ValueError(f"cannot split {total} tokens into lengths in [{low}, {high}]")
+def mixed_lengths(count, total, low, high, seed):
+    """`count` random sequence lengths in [low, high] that add up to exactly `total`: a varlen batch
+    with as many sequences and tokens as a dense batch of count x (total / count), only the lengths
+    mixed. Drawn uniformly, then the surplus or shortfall is moved onto randomly chosen sequences,
+    each step clamped to the bounds."""
+    if not count * low <= total <= count * high:
+        raise ValueError(f"{count} lengths in [{low}, {high}] cannot add up to {total}")
     rng = random.Random(seed)
-    lengths, remaining = [], total
-    while remaining > high:
-        length = min(rng.randint(low, high), remaining - low)
-        lengths.append(length)
-        remaining -= length
-    lengths.append(remaining)
+    lengths = [rng.randint(low, high) for _ in range(count)]
+    while (missing := total - sum(lengths)) != 0:
+        index = rng.randrange(count)
+        lengths[index] += max(low - lengths[index], min(high - lengths[index], missing))
     return lengths
 
 
