@@ -161,12 +161,12 @@ void time_and_check_fwd(const char* name, const Problem& pb, const Buffers& b, b
 
 template <typename Cfg>
 void sweep_fwd(const char* name, const Problem& pb, const Buffers& b, bool first) {
-  time_and_check_fwd<Cfg>(name, pb, b, first, flash::fwd_kernel<T, Cfg>);
+  time_and_check_fwd<Cfg>(name, pb, b, first, flash::fwd_kernel<T, Cfg, false>);
 }
 
 template <typename Cfg>
 void sweep_fwd_sm90(const char* name, const Problem& pb, const Buffers& b, bool first) {
-  time_and_check_fwd<Cfg>(name, pb, b, first, flash::fwd_kernel_sm90<T, Cfg>);
+  time_and_check_fwd<Cfg>(name, pb, b, first, flash::fwd_kernel_sm90<T, Cfg, false>);
 }
 
 // Times `launch` (backward preprocess + one backward kernel), checks dk against the first variant.

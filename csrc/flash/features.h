@@ -3,12 +3,11 @@
 // them into these macros). The op layer then rejects calls that need it, naming the flag, and the
 // tests skip them with the same reason.
 //
-// One compile-time split the kernels make on their own: the backward kernels come in a plain
-// variant and a "score extras" variant (dropout, softcap or ALiBi on). The registers of the extras
-// (keep bits, the modifier state) are live across the Hopper backward's wgmmas and raised its
-// ptxas spills from 16 to 100 bytes per thread at hd 128 when compiled into one kernel, so the
-// plain call keeps the kernel it had. The forwards showed no such cost (sm_90a hd 128: 0 bytes of
-// spills with the extras compiled in) and stay single.
+// One compile-time split the kernels make on their own: every attention kernel (forward and
+// backward, sm80 and sm90) comes in a plain variant (dense, causal or not) and an extras variant
+// (needs_extras below). The extras' state (sequence offsets, window bounds, keep bits, modifier
+// values) is live across the main loops: compiled into one kernel and switched off at run time, it
+// cost the plain call 2-28% (measured, see needs_extras), so the plain call keeps the code it had.
 #pragma once
 
 #include "params.h"
@@ -41,11 +40,14 @@ constexpr bool kVarlenCompiled = false;
 constexpr bool kVarlenCompiled = true;
 #endif
 
-constexpr bool kScoreExtrasCompiled = kDropoutCompiled || kSoftcapCompiled || kAlibiCompiled;
-
-// Whether a call needs the kernels' score-extras variant.
-inline bool needs_score_extras(const FwdParams& p) {
-  return p.dropout.keep_prob < 1.f || p.score_mod.softcap > 0.f || p.score_mod.alibi_slopes != nullptr;
+// Whether a call needs the attention kernels' extras variant (kExtras / kScoreExtras = true): varlen,
+// a window other than plain causal, softcap, ALiBi or dropout (the backward adds the deterministic
+// order). The plain variant compiles those out. Measured on H100 (benchmarks/NOTES.md v5): with
+// them compiled in and switched off at run time, the plain forward lost 2-28% and the backward
+// 4-11% against the kernels before the features existed.
+inline bool needs_extras(const FwdParams& p) {
+  return p.dropout.keep_prob < 1.f || p.score_mod.softcap > 0.f || p.score_mod.alibi_slopes != nullptr ||
+         p.varlen.cu_seqlens_q != nullptr || p.window.left >= 0 || p.window.right > 0;
 }
 
 }  // namespace flash

@@ -28,14 +28,16 @@ struct FwdQueryBlock {
   int n_end;
   AttentionMask mask;
 
+  // kExtras: the kernel variant that serves varlen, windows, score modifiers and dropout.
+  template <bool kExtras>
   __device__ __forceinline__ static FwdQueryBlock current(const FwdParams& p) {
     FwdQueryBlock b;
-    b.seq = SequenceView::of(p, blockIdx.z);
+    b.seq = SequenceView::of<kExtras>(p, blockIdx.z);
     b.head = blockIdx.y;
     b.head_k = b.head / (p.shape.heads / p.shape.heads_k);
     b.m0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;  // heaviest causal blocks are scheduled first
     b.rows_q = min(kBlockM, b.seq.seqlen_q - b.m0);
-    b.mask = AttentionMask::of(b.seq.seqlen_q, b.seq.seqlen_k, p.window);
+    b.mask = AttentionMask::of<kExtras>(b.seq.seqlen_q, b.seq.seqlen_k, p.window);
     b.n_begin = 0;
     b.n_end = 0;
     if (b.rows_q > 0) {
@@ -47,11 +49,14 @@ struct FwdQueryBlock {
 
   __device__ __forceinline__ int key_blocks() const { return max(0, n_end - n_begin); }
 
+  // The modifiers of a kernel compiled with kExtras; none, at compile time, in the plain kernels.
+  template <bool kExtras>
   __device__ __forceinline__ ScoreMod score_mod(const FwdParams& p) const {
-    return ScoreMod::of(p, seq.batch, head, mask.diagonal_offset());
+    return kExtras ? ScoreMod::of(p, seq.batch, head, mask.diagonal_offset()) : ScoreMod::none();
   }
+  template <bool kExtras>
   __device__ __forceinline__ Dropout dropout(const FwdParams& p) const {
-    return Dropout::of(p.dropout, seq.batch, p.shape.heads, head);
+    return kExtras ? Dropout::of(p.dropout, seq.batch, p.shape.heads, head) : Dropout::none();
   }
 
   template <typename T>

@@ -35,7 +35,7 @@ struct FwdSm90Tile<128> {
 };
 
 // Launches the wgmma forward kernel when possible; `launched` says whether it did.
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kExtras>
 cudaError_t try_run_fwd_sm90(const FwdParams& params, cudaStream_t stream, bool& launched) {
   launched = false;
   if constexpr (FwdSm90Tile<kHeadDim>::kAvailable) {
@@ -44,13 +44,15 @@ cudaError_t try_run_fwd_sm90(const FwdParams& params, cudaStream_t stream, bool&
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
     bool usable = false;
-    err = can_run_sm90(fwd_kernel_sm90<T, typename Tile::type>, device, usable);
+    err = can_run_sm90(fwd_kernel_sm90<T, typename Tile::type, kExtras>, device, usable);
     if (err != cudaSuccess || !usable) return err;
     launched = true;
     using CausalCfg = typename Tile::causal_type;
     using Cfg = typename Tile::type;
-    if (params.causal) return launch_over_query_blocks<CausalCfg>(fwd_kernel_sm90<T, CausalCfg>, params, stream);
-    return launch_over_query_blocks<Cfg>(fwd_kernel_sm90<T, Cfg>, params, stream);
+    if (params.causal) {
+      return launch_over_query_blocks<CausalCfg>(fwd_kernel_sm90<T, CausalCfg, kExtras>, params, stream);
+    }
+    return launch_over_query_blocks<Cfg>(fwd_kernel_sm90<T, Cfg, kExtras>, params, stream);
   }
   return cudaSuccess;
 }
