@@ -137,8 +137,7 @@ __device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const 
   add_dq_fragment<Cfg::kHeadDim>(dq, p, seq, head, m0, query0, dim0, lane);
 }
 
-// kScoreExtras: compiled with dropout, softcap, ALiBi and the deterministic dQ order (features.h says
-// why this is a template).
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
 template <typename T, typename Cfg, bool kScoreExtras>
 __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, int stages) {
   using KVGrid = typename Cfg::KVGrid;
@@ -151,7 +150,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
   unsigned char* stage_base = reinterpret_cast<unsigned char*>(sdSt + kBlockN * Cfg::kScoreStride);
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
-  const auto kb = BwdKeyBlock<kBlockM, kBlockN>::template current<kScoreExtras>(p);
+  const auto kb = BwdKeyBlock<kBlockM, kBlockN>::template current</*kExtras=*/true>(p);
   if (kb.template done_without_queries<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
   const int head = kb.head, n0 = kb.n0, m_first = kb.m_first, m_last = kb.m_last, headdim = p.fwd.shape.headdim;
   const AttentionMask& mask = kb.mask;
@@ -192,7 +191,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
         dv_acc, sPt, Cfg::kScoreStride, kv_key0, stage.dout, Cfg::kStride, kv_dim0, lane);
     arch::warp_gemm_ss<KVGrid::kMT, KVGrid::kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kKN>(
         dk_acc, sdSt, Cfg::kScoreStride, kv_key0, stage.q, Cfg::kStride, kv_dim0, lane);
-    const auto turn = kb.template dq_turn<kScoreExtras>(p, m_block);  // deterministic: add after the earlier key blocks
+    const auto turn = kb.template dq_turn</*kDeterministic=*/true>(p, m_block);  // deterministic: add after the earlier key blocks
     if (turn.counter != nullptr) {
       if (tid == 0) turn.wait();
       __syncthreads();

@@ -185,8 +185,7 @@ __device__ __forceinline__ void reduce_dq_tile(const BwdParams& p, const float* 
   }
 }
 
-// kScoreExtras: compiled with dropout, softcap, ALiBi and the deterministic dQ order (features.h says
-// why this is a template).
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
 template <typename T, typename Cfg, bool kScoreExtras>
 __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -203,7 +202,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   const int warpgroup = tid / arch::kWarpgroupThreads, warp_in_group = (tid / arch::kWarpSize) % 4;
   const int group_key0 = warpgroup * 64;                  // this warpgroup's keys in the block
   const int warp_key0 = group_key0 + warp_in_group * 16;  // this warp's accumulator rows
-  const auto kb = BwdKeyBlock<kBlockM, kBlockN>::template current<kScoreExtras>(p);
+  const auto kb = BwdKeyBlock<kBlockM, kBlockN>::template current</*kExtras=*/true>(p);
   if (kb.template done_without_queries<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
   const int head = kb.head, n0 = kb.n0, m_first = kb.m_first, m_last = kb.m_last, headdim = p.fwd.shape.headdim;
   const AttentionMask& mask = kb.mask;
@@ -236,7 +235,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     arch::cp_async_wait<Cfg::kStages - 2>();
     arch::fence_proxy_async();
     __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
-    if (tid == 0 && m_block > m_first) reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m0 - kBlockM, kb.template dq_turn<kScoreExtras>(p, m_block - 1));
+    if (tid == 0 && m_block > m_first) reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m0 - kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, m_block - 1));
     {  // the stage of the previous block, which every warp is done with, loads block m + kStages - 1
       const int next = m_block + Cfg::kStages - 1;
       if (next <= m_last)
@@ -301,7 +300,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   }
   __syncthreads();  // the last block's dQ tile is complete
   if (tid == 0) {
-    reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m_last * kBlockM, kb.template dq_turn<kScoreExtras>(p, m_last));
+    reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m_last * kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, m_last));
     arch::bulk_wait_complete<0>();
   }
 

@@ -66,7 +66,7 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
     err = cudaMemsetAsync(params.dq_semaphore, 0, sizeof(int) * dq_semaphore_count(params.fwd.shape), stream);
   if (err == cudaSuccess) err = run_bwd_preprocess<T, kHeadDim>(params, stream);
   bool launched = false;
-  if (needs_extras(params.fwd) || params.dq_semaphore != nullptr) {  // the extras variant (features.h)
+  if (needs_score_extras(params.fwd)) {  // the score-extras variant (features.h)
     if (err == cudaSuccess) err = try_run_bwd_sm90<T, kHeadDim, true>(params, stream, device, launched);
     if (err == cudaSuccess && !launched) err = run_bwd_sm80<T, kHeadDim, true>(params, stream, device);
     launched = true;
