@@ -4,21 +4,7 @@ Drop-in for FlashAttention 2's functions of the same names."""
 
 __version__ = "0.1.0"
 
-from .interface import (  # noqa: E402
-    flash_attn_func,
-    flash_attn_kvpacked_func,
-    flash_attn_qkvpacked_func,
-    flash_attn_varlen_func,
-    flash_attn_varlen_kvpacked_func,
-    flash_attn_varlen_qkvpacked_func,
-)
+from . import flash_attn_interface  # noqa: E402
+from .flash_attn_interface import *  # noqa: E402,F401,F403 - the public functions, listed there once
 
-__all__ = [
-    "flash_attn_func",
-    "flash_attn_kvpacked_func",
-    "flash_attn_qkvpacked_func",
-    "flash_attn_varlen_func",
-    "flash_attn_varlen_kvpacked_func",
-    "flash_attn_varlen_qkvpacked_func",
-    "__version__",
-]
+__all__ = [*flash_attn_interface.__all__, "__version__"]

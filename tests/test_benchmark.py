@@ -21,6 +21,7 @@ from flash_attn.benchmark import cells as cells_lib
 from flash_attn.benchmark import env, features, impls, measure, report, suites
 from flash_attn.benchmark import plan as plan_lib
 from flash_attn.benchmark.cells import ERROR, OK, OOM, SKIPPED, Cell, Row, Suite
+from flash_attn.reference import window_keep_mask
 from flash_attn.benchmark.cli import main
 from flash_attn.benchmark.shapes import (
     AttnShape,
@@ -92,15 +93,7 @@ def test_seqlen_text():
 
 def _brute_force_pairs(seqlen_q, seqlen_k, window):
     """Score elements kept by FlashAttention 2's bottom-right aligned window mask, counted on the mask."""
-    left, right = window
-    rows = torch.arange(seqlen_q).unsqueeze(1) + (seqlen_k - seqlen_q)
-    cols = torch.arange(seqlen_k).unsqueeze(0)
-    keep = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool)
-    if left >= 0:
-        keep &= cols >= rows - left
-    if right >= 0:
-        keep &= cols <= rows + right
-    return int(keep.sum())
+    return int(window_keep_mask(seqlen_q, seqlen_k, window, "cpu").sum())
 
 
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(7, 7), (5, 9), (9, 5), (1, 12)])
@@ -352,15 +345,7 @@ def _reference_attention(q, k, v, causal=False, window_size=(-1, -1), dropout_p=
     """Attention on (batch, seqlen, nheads, headdim) with FlashAttention 2's bottom-right aligned
     causal and window masks, and torch dropout."""
     seqlen_q, seqlen_k = q.shape[1], k.shape[1]
-    left, right = window_size
-    right = 0 if causal else right
-    rows = torch.arange(seqlen_q).unsqueeze(1) + (seqlen_k - seqlen_q)
-    cols = torch.arange(seqlen_k).unsqueeze(0)
-    keep = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool)
-    if left >= 0:
-        keep &= cols >= rows - left
-    if right >= 0:
-        keep &= cols <= rows + right
+    keep = window_keep_mask(seqlen_q, seqlen_k, (window_size[0], 0 if causal else window_size[1]), "cpu")
     scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * q.shape[-1] ** -0.5
     probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
     probs = torch.nn.functional.dropout(probs, dropout_p, training=True)

@@ -189,8 +189,8 @@ void check_cu_seqlens(const at::Tensor& cu, const char* name, int64_t batch, con
               " must be a contiguous (batch + 1,) tensor, got ", text(cu.sizes()));
 }
 
-// Checks of the options against q (4-dim, as the kernels see it), k; returns the batch size.
-int64_t check_options(const Options& o, const at::Tensor& q, const at::Tensor& k) {
+// Checks of the options against q (4-dim, as the kernels see it); returns the batch size.
+int64_t check_options(const Options& o, const at::Tensor& q) {
   check_feature(o.varlen(), flash::kVarlenCompiled, "varlen", "FLASH_ATTN_DISABLE_VARLEN");
   check_feature(o.dropout_p > 0, flash::kDropoutCompiled, "dropout", "FLASH_ATTN_DISABLE_DROPOUT");
   check_feature(o.softcap > 0, flash::kSoftcapCompiled, "softcap", "FLASH_ATTN_DISABLE_SOFTCAP");
@@ -224,7 +224,6 @@ int64_t check_options(const Options& o, const at::Tensor& q, const at::Tensor& k
     TORCH_CHECK((per_head || per_batch_head) && a.stride(-1) == 1, "flash_attn: alibi_slopes must be (nheads,) or "
                 "(batch, nheads) with a contiguous last dim, got ", text(a.sizes()));
   }
-  (void)k;
   return batch;
 }
 
@@ -312,7 +311,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_fwd(
   const bool varlen = o.varlen();
   const auto q4 = as_4d(q_in, varlen), k4 = as_4d(k_in, varlen), v4 = as_4d(v_in, varlen);
   const int kernel_hd = check_attention_inputs(q4, k4, v4, softmax_scale);
-  const int64_t batch = check_options(o, q4, k4);
+  const int64_t batch = check_options(o, q4);
   const c10::cuda::CUDAGuard guard(q_in.device());
   const auto q = kernel_ready_copy(q4), k = kernel_ready_copy(k4), v = kernel_ready_copy(v4);
   auto out4 = at::empty(q.sizes(), q.options());
@@ -345,7 +344,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
   const bool varlen = o.varlen();
   const auto q4 = as_4d(q_in, varlen), k4 = as_4d(k_in, varlen), v4 = as_4d(v_in, varlen);
   const int kernel_hd = check_attention_inputs(q4, k4, v4, softmax_scale);
-  const int64_t batch = check_options(o, q4, k4);
+  const int64_t batch = check_options(o, q4);
   check_same_shape(dout_in, q_in, "dout", "q");
   check_same_shape(out_in, q_in, "out", "q");
   TORCH_CHECK(dout_in.is_cuda() && out_in.is_cuda(), "flash_attn: dout and out must be CUDA tensors");
