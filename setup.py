@@ -30,8 +30,9 @@ ALL_CUDA_ARCHS = ("80", "86", "89", "90")
 FEATURE_FLAGS = ("DROPOUT", "SOFTCAP", "ALIBI", "LOCAL", "VARLEN")
 # Kernel sources compiled once whatever the dtype / head dim selection.
 SHARED_KERNEL_SOURCES = ("csrc/flash/dropout_mask.cu",)
-# The torch-facing C++: the ops' CUDA implementations and the CUDA autograd of flash_attn::fwd.
-TORCH_SOURCES = ("csrc/torch/ops.cpp", "csrc/torch/autograd.cpp")
+# The torch-facing C++: the ops' CUDA implementations (training, kvcache) and the CUDA autograd of
+# flash_attn::fwd.
+TORCH_SOURCES = ("csrc/torch/ops.cpp", "csrc/torch/ops_kvcache.cpp", "csrc/torch/autograd.cpp")
 _ARCH_SUFFIX = {"90": "a"}  # arch-specific features (wgmma) need sm_90a
 
 

@@ -15,6 +15,11 @@ cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream);
 template <typename T, int kHeadDim>
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
 
+// flash_attn_with_kvcache: appends the new tokens to the cache (rotary applied), then attends;
+// params.num_splits > 1 needs out_accum / lse_accum (params.h).
+template <typename T, int kHeadDim>
+cudaError_t run_fwd_kvcache(const KvAppendParams& append, const SplitKvParams& params, cudaStream_t stream);
+
 // Writes keep[b, h, i, j] (bool, contiguous (batch, heads, seqlen_q, seqlen_k)): whether the dropout
 // of dropout.cuh keeps element (i, j) of (b, h). For return_attn_probs and the tests.
 cudaError_t run_dropout_keep_mask(const DropoutArgs& args, int batch, int heads, int seqlen_q, int seqlen_k, bool* keep,

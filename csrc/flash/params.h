@@ -101,6 +101,65 @@ struct BwdParams {
   int* dq_semaphore;  // deterministic: dq_semaphore_count() counters (dq_order.cuh); else null
 };
 
+// flash_attn_with_kvcache's cache (kvcache_view.cuh): batch entry b's keys are cache positions
+// [leftpad[b], min(cache_seqlens[b] + seqlen_new, capacity)), the new tokens appended at
+// cache_seqlens[b]. Contiguous caches are (entries, capacity, heads_k, headdim) and batch entry b
+// uses entry cache_batch_idx[b] (or b); paged caches are (pages, page_size, heads_k, headdim) and
+// position j of batch entry b lives in row j % page_size of page block_table[b][j / page_size].
+// Every entry of the metadata is clamped into range by the kernels, so no value makes them touch
+// memory outside the cache, the block table or the new tokens.
+struct KvCacheArgs {
+  const int* cache_seqlens;    // (batch): tokens already in the cache
+  const int* cache_batch_idx;  // (batch) or null
+  const int* leftpad;          // (batch) or null: the first valid cache position
+  const int* block_table;      // (batch, max_pages) or null: paged
+  int64_t block_table_stride;  // entries between batch rows of block_table
+  int max_pages;               // block_table columns
+  int page_size;               // paged: rows per page
+  int page_shift;              // log2(page_size) when it is a power of two, else -1
+  int entries;                 // k_cache.size(0): cache entries (contiguous) or pages (paged)
+  int capacity;                // positions one batch entry can hold
+  int seqlen_new;              // tokens appended per batch entry (0: none)
+};
+
+// Rotary embedding of q and the new keys, applied by the append kernel: cos / sin are
+// (seqlen_ro, rotary_dim / 2) in the element type. Non-interleaved rotates (x[i], x[i + dim/2]),
+// interleaved (x[2i], x[2i + 1]). New key t sits at position cache_seqlens + t; query t too when
+// q_positions_per_token (causal or local attention), else every query at cache_seqlens.
+struct RotaryArgs {
+  const void* cos;  // null: no rotary
+  const void* sin;
+  int rotary_dim;   // a multiple of 16, <= headdim
+  int seqlen_ro;    // rows of cos / sin; positions are clamped below it
+  bool interleaved;
+  bool q_positions_per_token;
+};
+
+// Writing the new tokens (and rotating q) before the attention reads the cache.
+struct KvAppendParams {
+  Strided4d q;          // (batch, seqlen_q, heads, headdim), read when rotary is on
+  Strided4d q_rotated;  // its rotated copy, written when rotary is on
+  Strided4d k_new, v_new;      // (batch, seqlen_new, heads_k, headdim)
+  Strided4d k_cache, v_cache;  // written at the new tokens' positions
+  AttentionShape shape;
+  KvCacheArgs cache;
+  RotaryArgs rotary;
+};
+
+// Decode attention over the cache, split along the keys (splitkv_kernel.cuh): CTA (m block,
+// split) x KV head x batch; the query heads that share a KV head are packed into one tile of rows.
+// With num_splits > 1 each split writes fp32 partial outputs and lse, which the combine kernel
+// merges into out and lse.
+struct SplitKvParams {
+  FwdParams fwd;       // q (rotated), k / v = the caches, out, lse (batch, heads, seqlen_q); shape.seqlen_k
+                       // is the capacity; window, score modifiers and scales as in the forward
+  KvCacheArgs cache;
+  int num_splits;
+  float* out_accum;    // (num_splits, batch, heads, seqlen_q, headdim_accum) fp32; num_splits > 1
+  float* lse_accum;    // (num_splits, batch, heads, seqlen_q) fp32, natural log; -inf: empty split
+  int headdim_accum;   // the kernel head dim (row length of out_accum)
+};
+
 // dq_accum holds (heads, dq_accum_head_rows, kernel head dim) floats. Sequence b's rows start at
 // b * dq_accum_rows(seqlen_q) (dense) or cu_seqlens_q[b] + kDqAccumRowMultiple * b (varlen), so
 // each sequence has kDqAccumRowMultiple spare rows after it and every query block of every

@@ -82,4 +82,13 @@ __device__ __forceinline__ void load_vector_async(float* smem, const float* gmem
   for (int i = tid; i < kLength; i += kThreads) arch::cp_async_4(smem + i, i < valid ? gmem + i : gmem, i < valid);
 }
 
+// Writes 4 fp32 values as T to dst (8-byte aligned).
+template <typename T>
+__device__ __forceinline__ void store_float4_as(T* dst, float4 o) {
+  uint2 bits;
+  bits.x = arch::pack_pair<T>(o.x, o.y);
+  bits.y = arch::pack_pair<T>(o.z, o.w);
+  *reinterpret_cast<uint2*>(dst) = bits;
+}
+
 }  // namespace flash

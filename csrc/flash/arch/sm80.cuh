@@ -135,6 +135,16 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int mask = kWarpSize / 2; mask > 0; mask /= 2) v = fmaxf(v, shuffle_xor(v, mask));
+  return v;
+}
+
+// Waits until every lane of the warp reaches this point; their shared-memory writes (cp.async
+// copies this lane waited for included) are then visible to the whole warp.
+__device__ __forceinline__ void warp_sync() { __syncwarp(); }
+
 // 2^x on the special-function unit; exp2(-inf) = 0.
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;

@@ -1,0 +1,64 @@
+// kvcache launch: the append kernel (new tokens into the cache, rotary), the split-KV kernel with
+// its tile per head dim, and the combine kernel when the keys are split.
+#pragma once
+
+#include <algorithm>
+
+#include "combine_kernel.cuh"
+#include "kvcache_append_kernel.cuh"
+#include "launch_api.h"
+#include "splitkv_kernel.cuh"
+
+namespace flash {
+
+// SplitKvConfig<hd, keys per warp step, ring stages> per head dim. Each warp step moves about 16 KB
+// of K+V (fewer keys as the head dim grows), and 4 warps x 3 stages fill ~210 KB of shared memory:
+// one CTA per SM keeping 2 steps per warp (~128 KB) in flight, which a memory-bound kernel needs
+// to cover HBM latency with few warps. Two keys' worth of registers: the scores are 16 x keys fp32
+// and O is 16 x hd fp32 per warp.
+template <int kHeadDim>
+struct SplitKvTile;
+template <> struct SplitKvTile<32> { using type = SplitKvConfig<32, 64, 3>; };
+template <> struct SplitKvTile<64> { using type = SplitKvConfig<64, 64, 3>; };
+template <> struct SplitKvTile<96> { using type = SplitKvConfig<96, 32, 3>; };
+template <> struct SplitKvTile<128> { using type = SplitKvConfig<128, 32, 3>; };
+template <> struct SplitKvTile<192> { using type = SplitKvConfig<192, 16, 3>; };
+template <> struct SplitKvTile<256> { using type = SplitKvConfig<256, 16, 3>; };
+
+template <typename T>
+cudaError_t launch_kvcache_append(const KvAppendParams& p, cudaStream_t stream) {
+  const int tokens = std::max(p.cache.seqlen_new, p.rotary.cos != nullptr ? p.shape.seqlen_q : 0);
+  if (tokens == 0 || p.shape.batch == 0) return cudaSuccess;
+  const int items = p.shape.heads * (p.shape.headdim / kRotaryPiece);  // the larger of the q and k/v work
+  const dim3 grid(tokens, ceil_div(items, kAppendThreads), p.shape.batch);
+  kvcache_append_kernel<T><<<grid, kAppendThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T, typename Cfg, bool kPaged>
+cudaError_t launch_splitkv(const SplitKvParams& p, cudaStream_t stream) {
+  auto kernel = splitkv_kernel<T, Cfg, kPaged>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const int m_blocks = ceil_div(p.fwd.shape.seqlen_q * (p.fwd.shape.heads / p.fwd.shape.heads_k), Cfg::kRows);
+  const dim3 grid(m_blocks * p.num_splits, p.fwd.shape.heads_k, p.fwd.shape.batch);
+  if (m_blocks == 0) return cudaSuccess;  // no query: the append alone
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T, int kHeadDim>
+cudaError_t run_fwd_kvcache(const KvAppendParams& append, const SplitKvParams& params, cudaStream_t stream) {
+  using Cfg = typename SplitKvTile<kHeadDim>::type;
+  cudaError_t err = launch_kvcache_append<T>(append, stream);
+  if (err != cudaSuccess) return err;
+  err = params.cache.block_table != nullptr ? launch_splitkv<T, Cfg, true>(params, stream)
+                                            : launch_splitkv<T, Cfg, false>(params, stream);
+  const int64_t rows = static_cast<int64_t>(params.fwd.shape.batch) * params.fwd.shape.heads * params.fwd.shape.seqlen_q;
+  if (err != cudaSuccess || params.num_splits == 1 || rows == 0) return err;
+  splitkv_combine_kernel<T><<<static_cast<unsigned>(ceil_div64(rows, kCombineWarps)), kCombineWarps * arch::kWarpSize,
+                              0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace flash

@@ -1,0 +1,64 @@
+// The scheduler piece of the split-KV decode kernel: which packed query rows and which key steps a
+// CTA owns. Grid (m block x split, KV head, batch).
+//
+// GQA packing: the `group` query heads that share KV head hk are stacked into one tile of rows, so
+// K/V are read once per KV head: packed row r is token r / group of query head hk * group + r % group.
+// Split s of num_splits takes an equal share of the key steps (kWarpKeys keys each) that the
+// block's tokens can see (mask.cuh), so windows and causal skip whole steps and every split
+// has work whatever the cache lengths are.
+#pragma once
+
+#include "common.cuh"
+#include "kvcache_view.cuh"
+#include "mask.cuh"
+#include "params.h"
+
+namespace flash {
+
+struct PackedQueryRows {
+  int group;        // query heads per KV head
+  int head_k;
+  int row0;         // first packed row of the block
+  int rows;         // packed rows of the block inside [0, seqlen_q * group)
+  int token_first;  // tokens [token_first, token_first + token_count) hold the block's valid rows
+  int token_count;
+
+  __device__ __forceinline__ int token(int r) const { return (row0 + r) / group; }
+  __device__ __forceinline__ int head(int r) const { return head_k * group + (row0 + r) % group; }
+};
+
+template <int kRows, int kWarpKeys>
+struct SplitKvBlock {
+  int batch;
+  int split;
+  PackedQueryRows q;
+  KvCacheView cache;
+  AttentionMask mask;  // over tokens (queries) and attended keys
+  int step_begin;      // key steps [step_begin, step_end) of this split; step n holds keys
+  int step_end;        //   [n * kWarpKeys, (n + 1) * kWarpKeys) of the attended range
+
+  __device__ __forceinline__ static SplitKvBlock current(const SplitKvParams& p) {
+    SplitKvBlock b;
+    const AttentionShape& shape = p.fwd.shape;
+    b.batch = blockIdx.z;
+    b.split = blockIdx.x % p.num_splits;
+    b.q.group = shape.heads / shape.heads_k;
+    b.q.head_k = blockIdx.y;
+    b.q.row0 = blockIdx.x / p.num_splits * kRows;
+    b.q.rows = min(kRows, shape.seqlen_q * b.q.group - b.q.row0);
+    b.q.token_first = b.q.row0 / b.q.group;
+    b.q.token_count = (b.q.row0 + b.q.rows - 1) / b.q.group - b.q.token_first + 1;
+    b.cache = KvCacheView::of(p.cache, b.batch);
+    b.mask = AttentionMask::of(shape.seqlen_q, b.cache.seqlen_k, p.fwd.window);
+    const int key_begin = b.mask.kv_begin(b.q.token_first);
+    const int key_end = b.mask.kv_end(b.q.token_first, b.q.token_count);
+    const int first = key_begin / kWarpKeys;
+    const int last = key_end > key_begin ? ceil_div(key_end, kWarpKeys) : first;
+    const int per_split = ceil_div(last - first, p.num_splits);
+    b.step_begin = min(first + b.split * per_split, last);
+    b.step_end = min(b.step_begin + per_split, last);
+    return b;
+  }
+};
+
+}  // namespace flash
