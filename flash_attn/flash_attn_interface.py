@@ -9,6 +9,7 @@ from .interface import (  # noqa: F401
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
+from .kvcache import flash_attn_with_kvcache  # noqa: F401
 
 __all__ = [
     "flash_attn_func",
@@ -17,4 +18,5 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
 ]

@@ -7,6 +7,9 @@
                     dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes?,
                     rng_state, deterministic) -> (dq, dk, dv)
     flash_attn::dropout_keep_mask(rng_state, batch, heads, seqlen_q, seqlen_k, dropout_p) -> keep
+    flash_attn::fwd_kvcache(q, k_cache!, v_cache!, k?, v?, rotary_cos?, rotary_sin?, cache_seqlens,
+                            cache_batch_idx?, cache_leftpad?, block_table?, softmax_scale, window_left,
+                            window_right, softcap, rotary_interleaved, alibi_slopes?, num_splits) -> (out, lse)
 
 The schemas are defined here, once, whether or not the CUDA extension was built. The CUDA kernels
 are registered by the extension (`flash_attn._C`, csrc/torch/ops.cpp) for the CUDA dispatch key;
@@ -22,11 +25,15 @@ lse is float32 (b, h, sq) dense, (h, total_q) varlen; rng_state is the (2,) int6
 the dropout used (zeros without dropout), which the backward and dropout_keep_mask take back.
 window_left / window_right are already normalized (-1 unbounded; causal is window_right == 0).
 deterministic is read only by the backward (it rides on fwd so that autograd sees it).
+
+fwd_kvcache (flash_attn_with_kvcache, reference_kvcache.py for its semantics) writes the new k / v
+into k_cache / v_cache in place, which its schema declares (Tensor(a!)), so torch.compile
+functionalizes it; cache_seqlens is always an int32 (batch,) tensor; head dims are multiples of 8.
 """
 
 import torch
 
-from . import reference
+from . import reference, reference_kvcache
 
 torch.library.define(
     "flash_attn::fwd",
@@ -44,6 +51,14 @@ torch.library.define(
 torch.library.define(
     "flash_attn::dropout_keep_mask",
     "(Tensor rng_state, int batch, int heads, int seqlen_q, int seqlen_k, float dropout_p) -> Tensor",
+)
+
+torch.library.define(
+    "flash_attn::fwd_kvcache",
+    "(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, Tensor? rotary_cos, "
+    "Tensor? rotary_sin, Tensor cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table, "
+    "float softmax_scale, int window_left, int window_right, float softcap, bool rotary_interleaved, "
+    "Tensor? alibi_slopes, int num_splits) -> (Tensor, Tensor)",
 )
 
 try:  # registers the CUDA implementations of the ops above
@@ -122,6 +137,24 @@ def _dropout_keep_mask_cpu(rng_state, batch, heads, seqlen_q, seqlen_k, dropout_
 
     seed, offset = (int(x) for x in rng_state.tolist())
     return dropout.keep_mask(seed, offset, batch, heads, seqlen_q, seqlen_k, dropout_p)
+
+
+@torch.library.impl("flash_attn::fwd_kvcache", "CPU")
+def _fwd_kvcache_cpu(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                     cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap, rotary_interleaved,
+                     alibi_slopes, num_splits):
+    return reference_kvcache.forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                             cache_batch_idx, cache_leftpad, block_table, softmax_scale,
+                                             (window_left, window_right), softcap, rotary_interleaved, alibi_slopes)
+
+
+@torch.library.register_fake("flash_attn::fwd_kvcache")
+def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                      cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
+                      rotary_interleaved, alibi_slopes, num_splits):
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    return out, lse
 
 
 def _lse_shape(q, cu_seqlens_q):

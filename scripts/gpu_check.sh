@@ -5,7 +5,7 @@
 #   STAGES="build test" scripts/gpu_check.sh
 #   PYTEST_ARGS="-k fwd" BENCH_ARGS="--suite speed" scripts/gpu_check.sh
 #   STAGES="sweep" scripts/gpu_check.sh  # tile sweep only (benchmarks/experiments/tile_sweep.cu)
-#   STAGES="build sanitize" scripts/gpu_check.sh  # compute-sanitizer memcheck of the varlen bad-metadata tests
+#   STAGES="build sanitize" scripts/gpu_check.sh  # compute-sanitizer memcheck of the varlen and kvcache bad-metadata tests
 #   STAGES="sweep" SWEEP_ARGS="64 8192 0;128 2048 1" scripts/gpu_check.sh
 #
 # Build variables pass through (FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, FLASH_ATTN_CUDA_ARCHS, default
@@ -63,7 +63,7 @@ if [[ $STAGES == *test* ]]; then
 fi
 if [[ $STAGES == *sanitize* ]]; then  # memcheck: no kernel reads or writes outside its tensors
   stage sanitize compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_gpu_features.py -k sanitizer
+    tests/test_gpu_features.py tests/test_gpu_kvcache.py -k sanitizer
   tail -n 30 /tmp/.stage.log
 fi
 if [[ $STAGES == *bench* ]]; then

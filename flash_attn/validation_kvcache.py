@@ -1,0 +1,143 @@
+"""Argument checks of flash_attn_with_kvcache: every problem is reported, naming the argument, before
+any kernel runs. Values held on the GPU (cache_seqlens, block_table entries) are not read here: the
+kernels clamp them so that no value makes them touch memory outside the cache."""
+
+import torch
+
+from .validation import MAX_HEADDIM, SUPPORTED_DTYPES, check_cuda_capability
+
+PAGE_MULTIPLE = 16
+
+
+def _check_tensor(name, t, rank, dims):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != rank:
+        raise ValueError(f"flash_attn: {name} must have {rank} dims {dims}, got shape {tuple(t.shape)}")
+
+
+def _check_like_q(name, t, q):
+    if t.device != q.device:
+        raise ValueError(f"flash_attn: {name} is on {t.device} but q is on {q.device}; put them on one device")
+    if t.dtype != q.dtype:
+        raise TypeError(f"flash_attn: {name} has dtype {t.dtype} but q has {q.dtype}; use one dtype")
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        raise ValueError(f"flash_attn: {name} must have a contiguous last dimension (stride 1), got {t.stride()}")
+
+
+def check_kvcache_tensors(q, k_cache, v_cache, k, v, block_table):
+    """q (b, sq, h, d); caches (entries or pages, rows, hk, d); new k / v (b, s_new, hk, d)."""
+    _check_tensor("q", q, 4, "(batch, seqlen_q, nheads, headdim)")
+    cache_dims = "(num_pages, page_size, nheads_k, headdim)" if block_table is not None else \
+        "(batch_cache, seqlen_cache, nheads_k, headdim)"
+    _check_tensor("k_cache", k_cache, 4, cache_dims)
+    _check_tensor("v_cache", v_cache, 4, cache_dims)
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"flash_attn: q has dtype {q.dtype}; supported dtypes are float16 and bfloat16")
+    if q.stride(-1) != 1 and q.shape[-1] > 1:
+        raise ValueError(f"flash_attn: q must have a contiguous last dimension (stride 1), got {q.stride()}")
+    _check_like_q("k_cache", k_cache, q)
+    _check_like_q("v_cache", v_cache, q)
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"flash_attn: k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    headdim, nheads, nheads_k = q.shape[3], q.shape[2], k_cache.shape[2]
+    if not 1 <= headdim <= MAX_HEADDIM:
+        raise ValueError(f"flash_attn: headdim {headdim} is not supported; it must be between 1 and {MAX_HEADDIM}")
+    if k_cache.shape[3] != headdim:
+        raise ValueError(f"flash_attn: k_cache has headdim {k_cache.shape[3]} but q has headdim {headdim}")
+    if nheads_k == 0 or nheads % nheads_k != 0:
+        raise ValueError(f"flash_attn: nheads of q ({nheads}) must be a multiple of nheads of k_cache ({nheads_k})")
+    if (k is None) != (v is None):
+        raise ValueError("flash_attn: k and v (the new tokens) must be given together")
+    if k is not None:
+        for name, t in (("k", k), ("v", v)):
+            _check_tensor(name, t, 4, "(batch, seqlen_new, nheads_k, headdim)")
+            _check_like_q(name, t, q)
+            if t.shape[0] != q.shape[0] or t.shape[2] != nheads_k or t.shape[3] != headdim:
+                raise ValueError(f"flash_attn: {name} must have shape (batch, seqlen_new, nheads_k, headdim) = "
+                                 f"({q.shape[0]}, seqlen_new, {nheads_k}, {headdim}), got {tuple(t.shape)}")
+        if k.shape != v.shape:
+            raise ValueError(f"flash_attn: k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if q.is_cuda and not torch.compiler.is_compiling():
+        check_cuda_capability(q.device)
+
+
+def _check_int32_vector(name, t, q):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"flash_attn: {name} must be int32, got {t.dtype}")
+    if t.device != q.device:
+        raise ValueError(f"flash_attn: {name} is on {t.device} but q is on {q.device}")
+    if t.dim() != 1 or t.shape[0] != q.shape[0]:
+        raise ValueError(f"flash_attn: {name} must have shape (batch,) = ({q.shape[0]},), got {tuple(t.shape)}")
+
+
+def check_kvcache_metadata(q, k_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, has_new_tokens):
+    if cache_seqlens is None:
+        if has_new_tokens:
+            raise ValueError("flash_attn: cache_seqlens is needed to append k and v (where the new tokens go)")
+    elif isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        if cache_seqlens < 0:
+            raise ValueError(f"flash_attn: cache_seqlens must be >= 0, got {cache_seqlens}")
+    else:
+        _check_int32_vector("cache_seqlens", cache_seqlens, q)
+    for name, t in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
+        if t is not None:
+            _check_int32_vector(name, t, q)
+    if block_table is None:
+        if cache_batch_idx is None and k_cache.shape[0] < q.shape[0]:
+            raise ValueError(f"flash_attn: k_cache has {k_cache.shape[0]} batch entries but q has batch {q.shape[0]}; "
+                             "pass cache_batch_idx to choose entries")
+        return
+    if not isinstance(block_table, torch.Tensor):
+        raise TypeError(f"flash_attn: block_table must be a torch.Tensor, got {type(block_table).__name__}")
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"flash_attn: block_table must be int32, got {block_table.dtype}")
+    if block_table.device != q.device:
+        raise ValueError(f"flash_attn: block_table is on {block_table.device} but q is on {q.device}")
+    if block_table.dim() != 2 or block_table.shape[0] != q.shape[0] or block_table.shape[1] == 0:
+        raise ValueError(f"flash_attn: block_table must have shape (batch, max_pages) with batch = {q.shape[0]} and "
+                         f"max_pages >= 1, got {tuple(block_table.shape)}")
+    if cache_batch_idx is not None:
+        raise ValueError("flash_attn: cache_batch_idx cannot be used with block_table (a paged cache chooses its pages "
+                         "per batch entry through block_table)")
+    page_size = k_cache.shape[1]
+    if page_size == 0 or page_size % PAGE_MULTIPLE != 0:
+        raise ValueError(f"flash_attn: the paged cache's page size (k_cache.shape[1]) must be a multiple of "
+                         f"{PAGE_MULTIPLE}, got {page_size}")
+    if k_cache.shape[0] == 0:
+        raise ValueError("flash_attn: the paged cache has no pages (k_cache.shape[0] == 0)")
+
+
+def check_rotary(q, rotary_cos, rotary_sin, rotary_interleaved, capacity):
+    if not isinstance(rotary_interleaved, bool):
+        raise TypeError(f"flash_attn: rotary_interleaved must be a bool, got {type(rotary_interleaved).__name__}")
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("flash_attn: rotary_cos and rotary_sin must be given together")
+    if rotary_cos is None:
+        return
+    for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+        _check_tensor(name, t, 2, "(seqlen_ro, rotary_dim / 2)")
+        if t.device != q.device or t.dtype != q.dtype:
+            raise TypeError(f"flash_attn: {name} must be {q.dtype} on {q.device} like q, got {t.dtype} on {t.device}")
+    if rotary_cos.shape != rotary_sin.shape:
+        raise ValueError(f"flash_attn: rotary_cos and rotary_sin must have one shape, got {tuple(rotary_cos.shape)} "
+                         f"and {tuple(rotary_sin.shape)}")
+    rotary_dim = 2 * rotary_cos.shape[1]
+    if rotary_dim == 0 or rotary_dim % 16 != 0 or rotary_dim > q.shape[-1]:
+        raise ValueError(f"flash_attn: rotary_dim (2 * rotary_cos.shape[1] = {rotary_dim}) must be a positive "
+                         f"multiple of 16 and at most headdim {q.shape[-1]}")
+    if rotary_cos.shape[0] < capacity:
+        raise ValueError(f"flash_attn: rotary_cos / rotary_sin need a row per cache position: at least {capacity} rows "
+                         f"(the cache's length), got {rotary_cos.shape[0]}")
+
+
+def check_call_flags(causal, num_splits, return_softmax_lse):
+    if not isinstance(causal, bool):
+        raise TypeError(f"flash_attn: causal must be a bool, got {type(causal).__name__}")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError(f"flash_attn: num_splits must be an int >= 0 (0: chosen by a heuristic), got {num_splits!r}")
+    if not isinstance(return_softmax_lse, bool):
+        raise TypeError(f"flash_attn: return_softmax_lse must be a bool, got {type(return_softmax_lse).__name__}")
