@@ -11,7 +11,7 @@ import flash_attn.ops
 from helpers import opcheck_both_ops
 
 PUBLIC_FUNCTIONS = ("flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
-                    "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func")
+                    "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_with_kvcache")
 
 
 def test_version_and_public_names():
@@ -46,6 +46,11 @@ def test_signatures_match_flash_attention_2():
         "flash_attn_varlen_qkvpacked_func": ["qkv", "cu_seqlens", "max_seqlen"] + options,
         "flash_attn_varlen_kvpacked_func": ["q", "kv", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
                                             "max_seqlen_k"] + options,
+        "flash_attn_with_kvcache": ["q", "k_cache", "v_cache", "k=None", "v=None", "rotary_cos=None",
+                                    "rotary_sin=None", "cache_seqlens=None", "cache_batch_idx=None",
+                                    "cache_leftpad=None", "block_table=None", "softmax_scale=None", "causal=False",
+                                    "window_size=(-1, -1)", "softcap=0.0", "rotary_interleaved=True",
+                                    "alibi_slopes=None", "num_splits=0", "return_softmax_lse=False"],
     }
     for name, parameters in expected.items():
         assert [str(p) for p in inspect.signature(getattr(flash_attn, name)).parameters.values()] == parameters

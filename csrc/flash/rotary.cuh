@@ -34,8 +34,8 @@ __device__ __forceinline__ void store_piece(T* p, const Piece<T>& piece) {
 template <typename T>
 __device__ __forceinline__ void rotate_pair(T& a, T& b, T cos_t, T sin_t) {
   const float x = arch::to_float(a), y = arch::to_float(b), c = arch::to_float(cos_t), s = arch::to_float(sin_t);
-  a = static_cast<T>(__fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s)));
-  b = static_cast<T>(__fadd_rn(__fmul_rn(x, s), __fmul_rn(y, c)));
+  a = arch::from_float<T>(__fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s)));
+  b = arch::from_float<T>(__fadd_rn(__fmul_rn(x, s), __fmul_rn(y, c)));
 }
 
 // Writes piece `piece` of row src (headdim elements) to dst, rotated where it lies in the first
