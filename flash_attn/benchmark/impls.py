@@ -4,7 +4,8 @@ Every training forward takes q, k, v as (batch, seqlen, nheads, headdim) and ret
 that layout. SDPA-based ones are handed transposed views (batch, nheads, seqlen, headdim), not copies,
 and their output is transposed back (a view), so every implementation reads the same memory and the
 backward's dout needs no copy. Every decode forward takes q (batch, 1, nheads, headdim) and the cache
-k, v (batch, context, nheads_k, headdim). Every padded forward takes q, k, v (batch, seqlen, nheads,
+k, v (batch, context, nheads_k, headdim) (ours through flash_attn_with_kvcache also cache_seqlens, and
+a block_table for a paged cache). Every padded forward takes q, k, v (batch, seqlen, nheads,
 headdim), a key padding mask (batch, seqlen), True for kept tokens, and a dropout probability.
 """
 
@@ -22,6 +23,8 @@ from flash_attn import bert_padding, ops
 LABELS = {
     "ours": "ours",
     "ours-kvcache": "ours (kvcache)",
+    "ours-paged16": "ours (paged 16)",
+    "ours-paged256": "ours (paged 256)",
     "flash": "sdpa-flash",
     "sdpa": "sdpa (auto backend)",
     "cudnn": "sdpa-cudnn",
@@ -176,9 +179,19 @@ def kvcache_function():
     return getattr(flash_attn, "flash_attn_with_kvcache", None)
 
 
-def ours_kvcache_decode(q, k_cache, v_cache):
+def ours_kvcache_decode(q, k_cache, v_cache, cache_seqlens, block_table=None):
+    """flash_attn_with_kvcache over the first cache_seqlens[b] keys of each sequence ((batch,) int32),
+    on a contiguous cache or, with block_table, a paged one; no new tokens."""
     _check_ours_ready(q)
-    return kvcache_function()(q, k_cache, v_cache)
+    return kvcache_function()(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table)
+
+
+def ours_kvcache_append_rotary(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cache_seqlens):
+    """A decode step that also appends new tokens: k_new, v_new (batch, seqlen_new, nheads_k, headdim)
+    written into the cache at cache_seqlens[b], interleaved rotary applied to q and k_new, causal."""
+    _check_ours_ready(q)
+    return kvcache_function()(q, k_cache, v_cache, k=k_new, v=v_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                              cache_seqlens=cache_seqlens, causal=True, rotary_interleaved=True)
 
 
 def ours_decode(q, k_cache, v_cache):

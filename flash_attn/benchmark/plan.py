@@ -25,6 +25,8 @@ SPEEDUP_SEQLENS = {"quick": (128, 256, 512, 1024, 2048, 4096),
 MEMORY_SEQLENS = {"quick": (128, 256, 512, 1024, 2048, 4096, 8192),
                   "full": (128, 256, 512, 1024, 2048, 4096, 8192, 16384)}
 DECODE_CONFIGS = ((1, 8192), (8, 8192), (32, 4096), (64, 16384), (1, 131072))  # (batch, context)
+# The decode suite's copy-bandwidth reference copies at least this much, so it reads from DRAM, not L2.
+DECODE_COPY_MIN_BYTES = 256 * 2**20
 
 # The quick set runs naive attention and SDPA MATH only where their estimated peak memory is under
 # this: above it they move tens of GB per call and take longer than all the other peers together.
@@ -65,7 +67,8 @@ class Plan:
     """Everything a run measures. The shapes default to BENCHMARKS.md's (team design notes); tests shrink them.
 
     speedup_shape and memory_shape are (batch, nheads, headdim); decode_heads is
-    (nheads, nheads_k, headdim); decode holds (batch, context) pairs. The speedup suite's
+    (nheads, nheads_k, headdim); decode holds (batch, context) pairs; decode_copy_min_bytes is the
+    smallest buffer the decode suite's copy-bandwidth reference copies. The speedup suite's
     dropout+mask series uses speedup_dropout_p and padding lengths drawn with padding_seed."""
 
     suites: tuple
@@ -84,6 +87,7 @@ class Plan:
     speedup_dtype: str = "bf16"
     memory_dtype: str = "bf16"
     decode_dtype: str = "bf16"
+    decode_copy_min_bytes: int = DECODE_COPY_MIN_BYTES
     speedup_dropout_p: float = 0.1
     padding_seed: int = 0
     features: FeaturePlan = field(default_factory=FeaturePlan)

@@ -11,8 +11,9 @@ from .shapes import PASSES, format_seqlen
 DPI = 110
 HEADER_INCHES = 0.95  # room above a grid of subplots for a two-line title and a legend row
 # One colour per implementation in every plot, ours in black so it stands out.
-COLORS = {"ours": "black", "ours-kvcache": "dimgray", "flash": "C0", "cudnn": "C1", "efficient": "C2",
-          "math": "C3", "naive": "C4", "flex": "C5", "sdpa": "C6"}
+# Our decode variants are greys (kvcache, paged 16, paged 256 from dark to light).
+COLORS = {"ours": "black", "ours-kvcache": "dimgray", "ours-paged16": "darkgray", "ours-paged256": "lightgray",
+          "flash": "C0", "cudnn": "C1", "efficient": "C2", "math": "C3", "naive": "C4", "flex": "C5", "sdpa": "C6"}
 
 
 def load_pyplot():
@@ -137,14 +138,34 @@ def plot_memory(plt, suite, metadata, out_dir):
     return [_save(plt, fig, out_dir / "memory.png")]
 
 
-def plot_decode(plt, suite, metadata, out_dir):
-    """GB/s of K+V read per (batch, context), one bar per implementation."""
-    fig, ax = plt.subplots(figsize=(max(7.5, 1.9 * len(suite.rows)), 4.8))
+def _decode_bars(ax, suite):
+    """One bar per implementation (ours-kvcache, the paged ones, ours, the peers) in each row's group."""
     width = 0.8 / max(1, len(suite.columns))
     for index, name in enumerate(suite.columns):
-        values = [row.cells[name].value if row.cells[name].ok else 0.0 for row in suite.rows]
+        cells = [row.cells.get(name) for row in suite.rows]
+        values = [cell.value if cell is not None and cell.ok else 0.0 for cell in cells]
         positions = [i + (index - (len(suite.columns) - 1) / 2) * width for i in range(len(suite.rows))]
-        ax.bar(positions, values, width, label=label(name), color=COLORS.get(name))
+        ax.bar(positions, values, width, label=label(name), color=COLORS.get(name), edgecolor="black",
+               linewidth=0.4)
+
+
+def _copy_marks(ax, suite):
+    """The copy GB/s measured in the same run, as a dashed line across each row's group."""
+    labelled = False
+    for i, row in enumerate(suite.rows):
+        copy = row.extra.get("copy_GBps")
+        if isinstance(copy, (int, float)):
+            ax.hlines(copy, i - 0.45, i + 0.45, colors="red", linestyles="--", linewidth=1.4,
+                      label=None if labelled else "device copy (read+write)")
+            labelled = True
+
+
+def plot_decode(plt, suite, metadata, out_dir):
+    """GB/s of K+V read per (batch, context), one bar per implementation, and the device's copy GB/s
+    of the same run as a dashed line over each group."""
+    fig, ax = plt.subplots(figsize=(max(7.5, 2.4 * len(suite.rows)), 4.8))
+    _decode_bars(ax, suite)
+    _copy_marks(ax, suite)
     ax.set_xticks(range(len(suite.rows)))
     ax.set_xticklabels([f"batch {row.config['batch']}\ncontext {format_seqlen(row.config['context'])}"
                         for row in suite.rows])

@@ -1,5 +1,5 @@
-"""The suites: training speed, speed-up over naive attention, memory, and decode (the features suite
-is in features.py).
+"""The suites: training speed, speed-up over naive attention and memory (the decode suite is in
+decode.py, the features suite in features.py).
 
 Each returns a Suite of rows; each row holds one Cell per implementation. Every measurement runs
 through measure.guarded, so a failing or out-of-memory implementation fills its cell and the run
@@ -11,7 +11,8 @@ import functools
 import torch
 
 from . import impls as impl_lib
-from .cells import ERROR, OK, OOM, SKIPPED, Cell, Row, Suite, short_text
+from .cells import OK, OOM, SKIPPED, Cell, Row, Suite
+from .decode import run_decode
 from .features import run_features
 from .measure import guarded
 from .plan import DTYPES
@@ -21,8 +22,6 @@ from .shapes import (
     AttnShape,
     attention_flops,
     format_seqlen,
-    gb_per_s,
-    kv_cache_bytes,
     materialized_peak_bytes,
     padding_lengths,
     training_shape,
@@ -30,7 +29,6 @@ from .shapes import (
 
 GIB = 2**30
 MIB = 2**20
-SDPA_PEERS = ("flash", "cudnn", "efficient", "math")
 
 
 def _materialized_verdict(bench, impl, shape, dtype, cap_bytes):
@@ -264,77 +262,6 @@ def run_memory(bench, plan):
 
     return run_configs(bench, suite, plan.memory_seqlens, run_one, lambda s: f"s={format_seqlen(s)}",
                         repeat_first=False)
-
-
-def _bandwidth_cell(bench, fn, nbytes):
-    """A GB/s cell (bytes of K and V over the median time)."""
-    ms = bench.timer(fn)
-    return Cell(OK, gb_per_s(nbytes, ms), ms)
-
-
-def _sdpa_decode_cell(bench, name, q, k, v, nbytes):
-    """An SDPA backend on the GQA decode: with enable_gqa=True, else on K and V repeated to the query
-    heads beforehand (the GB/s still count the cache's own bytes, the problem's)."""
-    with impl_lib.training_impl(name).context():
-        cell = guarded(lambda: _bandwidth_cell(bench, lambda: impl_lib.sdpa_decode_gqa(q, k, v), nbytes))
-        if cell.status != ERROR:
-            return cell
-        gqa_error = cell.note
-        nheads = q.shape[2]
-
-        def repeated():
-            k_rep, v_rep = impl_lib.repeat_kv(k, nheads), impl_lib.repeat_kv(v, nheads)
-            return _bandwidth_cell(bench, lambda: impl_lib.sdpa_decode_repeated(q, k_rep, v_rep), nbytes)
-
-        cell = guarded(repeated)
-    if cell.ok:
-        cell.note = f"K/V repeated to {nheads} heads (enable_gqa=True failed: {short_text(gqa_error, 120)})"
-    else:
-        cell.note = f"{cell.note}; with enable_gqa=True: {gqa_error}"
-    return cell
-
-
-DECODE_FUNCTIONS = {"ours-kvcache": impl_lib.ours_kvcache_decode, "ours": impl_lib.ours_decode,
-                    "naive": impl_lib.naive_decode}
-
-
-def _decode_cell(bench, name, q, k, v, nbytes):
-    if name in SDPA_PEERS:
-        return _sdpa_decode_cell(bench, name, q, k, v, nbytes)
-    fn = DECODE_FUNCTIONS[name]
-    return guarded(lambda: _bandwidth_cell(bench, lambda: fn(q, k, v), nbytes))
-
-
-def run_decode(bench, plan):
-    """One query token against a KV cache (GQA 32/8 heads, headdim 128): µs and GB/s of K+V read.
-    Ours is flash_attn_with_kvcache when this version has it; flash_attn_func runs too."""
-    ours = []
-    if "ours" in plan.impls:
-        ours = (["ours-kvcache"] if impl_lib.kvcache_function() else []) + ["ours"]
-    peers = [name for name in (*SDPA_PEERS, "naive") if name in plan.impls]
-    nheads, nheads_k, headdim = plan.decode_heads
-    dtype = DTYPES[plan.decode_dtype]
-    suite = Suite(
-        "decode", "Decode, one query token (µs · GB/s of K+V read, higher GB/s is better)", "GB/s", True,
-        columns=ours + peers, ours=ours, config_keys=["batch", "context", "nheads", "nheads_k", "headdim"],
-        digits=0, show_us=True,
-    )
-    if impl_lib.kvcache_function() is None:
-        suite.notes.append("flash_attn.flash_attn_with_kvcache does not exist in this version: this suite measures "
-                           "the peers; `ours` is flash_attn_func on the one-token query (the prefill kernel).")
-
-    def run_one(cfg):
-        batch, context = cfg
-        shape = AttnShape(batch, 1, context, nheads, nheads_k, headdim)
-        q, k, v, _ = random_inputs(shape, dtype, bench.device, requires_grad=False)
-        nbytes = kv_cache_bytes(batch, context, nheads_k, headdim, q.element_size())
-        cells = {name: _decode_cell(bench, name, q, k, v, nbytes) for name in suite.columns}
-        return [Row({"batch": batch, "context": context, "nheads": nheads, "nheads_k": nheads_k,
-                     "headdim": headdim}, cells)]
-
-    with torch.no_grad():
-        return run_configs(bench, suite, plan.decode, run_one,
-                            lambda cfg: f"b={cfg[0]} ctx={format_seqlen(cfg[1])}")
 
 
 RUNNERS = {"speed": run_speed, "speedup": run_speedup, "memory": run_memory, "decode": run_decode,
