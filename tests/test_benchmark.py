@@ -18,7 +18,7 @@ import torch
 
 import flash_attn
 from flash_attn.benchmark import cells as cells_lib
-from flash_attn.benchmark import env, features, impls, measure, report, suites
+from flash_attn.benchmark import decode, env, features, impls, measure, report, suites
 from flash_attn.benchmark import plan as plan_lib
 from flash_attn.benchmark.cells import ERROR, OK, OOM, SKIPPED, Cell, Row, Suite
 from flash_attn.reference import window_keep_mask
@@ -258,6 +258,7 @@ def _tiny_plan(**overrides):
     plan.hidden, plan.tokens = 64, 64
     plan.speedup_shape = plan.memory_shape = (2, 2, 32)
     plan.decode_heads, plan.decode = (4, 2, 32), ((1, 48),)
+    plan.decode_copy_min_bytes = MIB  # the copy reference's buffer: 256 MiB on the GPU, small here
     plan.features = TINY_FEATURES
     for key, value in overrides.items():
         setattr(plan, key, value)
@@ -335,8 +336,172 @@ def test_speedup_memory_and_decode_suites_on_cpu():
     assert row.cells["ours"].value == pytest.approx(gb_per_s(nbytes, FAKE_MS))
     assert row.cells["naive"].status == OK and row.cells["math"].status == OK
     assert all(cell.status in (OK, ERROR) for cell in row.cells.values())
+    assert row.extra["copy_GBps"] == pytest.approx(gb_per_s(2 * MIB, FAKE_MS))  # max(K+V, 1 MiB), read + write
     if impls.kvcache_function() is None:
         assert any("flash_attn_with_kvcache" in note for note in decode.notes)
+    else:
+        assert decode.columns[:4] == ["ours-kvcache", "ours-paged16", "ours-paged256", "ours"]
+        assert all(row.cells[name].status == OK for name in decode.columns[:4]), row.cells
+
+
+# ---- the decode suite's paged caches, copy reference and append+rotary step ----
+
+needs_kvcache = pytest.mark.skipif(impls.kvcache_function() is None,
+                                   reason="flash_attn_with_kvcache does not exist in this version")
+DECODE_EXTRA_KEYS = ["copy_GBps", "ours_vs_copy", "ours_vs_cudnn", "paged16_vs_contiguous", "append_rotary_us"]
+
+
+@pytest.mark.parametrize("context,page_size", [(48, 16), (40, 16), (48, 256), (512, 256)])
+def test_paged_layout_puts_each_row_in_its_shuffled_page(context, page_size):
+    cache = torch.randn(3, context, 2, 8)
+    pages_per_sequence = -(-context // page_size)
+    block_table = decode.shuffled_block_table(3, pages_per_sequence, seed=0, device="cpu")
+    assert block_table.dtype == torch.int32
+    assert sorted(block_table.flatten().tolist()) == list(range(3 * pages_per_sequence))
+    pages = decode.paged_layout(cache, page_size, block_table)
+    assert pages.shape == (3 * pages_per_sequence, page_size, 2, 8)
+    gathered = pages[block_table.long()].flatten(1, 2)  # (batch, pages_per_sequence * page_size, 2, 8)
+    torch.testing.assert_close(gathered[:, :context], cache, rtol=0, atol=0)
+    assert (gathered[:, context:] == 0).all()
+
+
+def test_block_table_is_shuffled():
+    block_table = decode.shuffled_block_table(2, 6, seed=0, device="cpu")
+    assert block_table.flatten().tolist() != list(range(12))
+
+
+def test_rotary_tables_have_a_row_per_position():
+    cos, sin = decode.rotary_tables(49, 32, torch.bfloat16, "cpu")
+    assert cos.shape == sin.shape == (49, 16) and cos.dtype == torch.bfloat16
+    assert (cos[0] == 1).all() and (sin[0] == 0).all()
+    torch.testing.assert_close(cos.float() ** 2 + sin.float() ** 2, torch.ones(49, 16), atol=2e-2, rtol=0)
+
+
+def _timed(us):
+    return Cell(OK, 1.0, us / 1000)
+
+
+def test_decode_extra_columns_from_the_cells():
+    cells = {"ours-kvcache": Cell(OK, 1500.0, 0.010), "cudnn": _timed(30), "ours-paged16": _timed(20)}
+    copy = Cell(OK, 3000.0, 0.5)
+    extra = decode.decode_extra(cells, copy, _timed(14))
+    assert list(extra)[:1] == ["copy_GBps"] and set(DECODE_EXTRA_KEYS) <= set(extra)
+    assert extra["copy_GBps"] == 3000.0 and extra["ours_vs_copy"] == pytest.approx(0.5)
+    assert extra["ours_vs_cudnn"] == pytest.approx(3.0)  # sdpa-cudnn µs / ours µs
+    assert extra["paged16_vs_contiguous"] == pytest.approx(0.5)  # ours kvcache µs / paged16 µs
+    assert extra["append_rotary_us"] == pytest.approx(4.0) and extra["append_rotary_step_us"] == pytest.approx(14)
+    failed = decode.decode_extra({**cells, "cudnn": Cell(ERROR, note="x"), "ours-paged16": Cell(OOM)},
+                                 Cell(OOM, note="out of memory"), Cell(ERROR, note="boom"))
+    assert all(failed[key] is None for key in DECODE_EXTRA_KEYS)
+    assert decode.decode_extra({"ours": Cell(OK, 1.0, 0.01)}, copy, None) == {"copy_GBps": 3000.0}
+
+
+@pytest.fixture
+def recorded_kvcache_calls(monkeypatch):
+    """flash_attn_with_kvcache (its CPU path) wrapped to record each call's arguments; SDPA's backends
+    unpinned so every peer, sdpa-cudnn included, has a value on CPU."""
+    calls, real = [], impls.kvcache_function()
+
+    def recording(q, k_cache, v_cache, **options):
+        calls.append({"k_cache": k_cache.shape, **options})
+        return real(q, k_cache, v_cache, **options)
+
+    monkeypatch.setattr(impls, "kvcache_function", lambda: recording)
+    monkeypatch.setattr(impls, "training_impl", lambda name: impls.Impl(name, impls.sdpa_forward))
+    return calls
+
+
+def _calls(calls, page_size=None, appended=False):
+    return [call for call in calls if (call.get("block_table") is not None) == (page_size is not None)
+            and (page_size is None or call["k_cache"][1] == page_size) and (call.get("k") is not None) == appended]
+
+
+@needs_kvcache
+def test_decode_suite_measures_paged_caches_copy_and_append_rotary(recorded_kvcache_calls):
+    batch, context = 2, 96
+    suite = suites.run_decode(_cpu_bench(), _tiny_plan(decode=((batch, context),)))
+    assert suite.columns == ["ours-kvcache", "ours-paged16", "ours-paged256", "ours", "flash", "cudnn",
+                             "efficient", "math", "naive"]
+    assert suite.ours == suite.columns[:4]
+    assert [key for key, _, _ in suite.extra_columns] == DECODE_EXTRA_KEYS
+    row = suite.rows[0]
+    nbytes = kv_cache_bytes(batch, context, 2, 32, 2)
+    for name in suite.columns:
+        assert row.cells[name].status == OK, (name, row.cells[name].note)
+        assert row.cells[name].value == pytest.approx(gb_per_s(nbytes, FAKE_MS))  # the same bytes, paged or not
+    copy_bytes = 2 * MIB
+    assert row.extra["copy_GBps"] == pytest.approx(gb_per_s(copy_bytes, FAKE_MS))
+    assert row.extra["ours_vs_copy"] == pytest.approx(nbytes / copy_bytes)
+    assert row.extra["ours_vs_cudnn"] == pytest.approx(1.0) and row.extra["paged16_vs_contiguous"] == pytest.approx(1.0)
+    assert row.extra["append_rotary_us"] == pytest.approx(0.0)
+    assert row.extra["append_rotary_step_us"] == pytest.approx(FAKE_MS * 1000)
+    assert row.ratios["ours"] == "ours-kvcache"
+
+    calls = recorded_kvcache_calls
+    contiguous = _calls(calls)
+    assert contiguous and all(call["k_cache"] == (batch, context, 2, 32) for call in contiguous)
+    for call in contiguous:
+        seqlens = call["cache_seqlens"]
+        assert seqlens.dtype == torch.int32 and seqlens.tolist() == [context] * batch
+    for page_size in (16, 256):
+        paged = _calls(calls, page_size)
+        pages = batch * -(-context // page_size)
+        assert paged and all(call["k_cache"] == (pages, page_size, 2, 32) for call in paged)
+        assert all(call["cache_seqlens"].tolist() == [context] * batch for call in paged)
+        block_table = paged[0]["block_table"]
+        assert block_table.dtype == torch.int32 and block_table.shape == (batch, pages // batch)
+        assert sorted(block_table.flatten().tolist()) == list(range(pages))
+    assert _calls(calls, 16)[0]["block_table"].flatten().tolist() != list(range(12))  # pages out of order
+    appended = _calls(calls, appended=True)
+    assert appended
+    for call in appended:
+        assert call["k"].shape == call["v"].shape == (batch, 1, 2, 32)
+        assert call["rotary_cos"].shape == call["rotary_sin"].shape == (context + 1, 16)
+        assert call["rotary_cos"].dtype == torch.bfloat16
+        assert call["cache_seqlens"].tolist() == [context - 1] * batch
+        assert call["causal"] is True and call["rotary_interleaved"] is True
+
+    text = report.suite_markdown(suite)
+    for header in ("ours (paged 16)", "ours (paged 256)", "copy GB/s (read+write)", "ours kvcache GB/s / copy GB/s",
+                   "sdpa-cudnn µs / ours kvcache µs", "ours kvcache µs / paged16 µs", "append+rotary extra µs"):
+        assert f"| {header} |" in text.splitlines()[2]
+    assert "dst.copy_(src)" in text and "random permutation of the pages" in text
+    assert "cache_seqlens = context - 1" in text and "rotary_interleaved=True" in text
+    assert len({line.count("|") for line in report.suite_table(suite).splitlines()}) == 1
+
+
+@needs_kvcache
+def test_paged_decode_reads_the_same_keys_as_the_contiguous_cache():
+    problem = decode.decode_problem(2, 80, (4, 2, 32), torch.bfloat16, "cpu")
+    contiguous = impls.ours_kvcache_decode(problem.q, problem.k_cache, problem.v_cache, problem.cache_seqlens)
+    for page_size in decode.PAGE_SIZES:
+        k_pages, v_pages, block_table = decode.paged_problem(problem, page_size)
+        paged = impls.ours_kvcache_decode(problem.q, k_pages, v_pages, problem.cache_seqlens, block_table)
+        torch.testing.assert_close(paged, contiguous)
+
+
+@needs_kvcache
+def test_a_failing_append_step_leaves_its_column_empty_and_says_why(monkeypatch):
+    def broken(*args):
+        raise RuntimeError("append kernel missing")
+
+    monkeypatch.setattr(impls, "ours_kvcache_append_rotary", broken)
+    suite = suites.run_decode(_cpu_bench(), _tiny_plan())
+    row = suite.rows[0]
+    assert row.extra["append_rotary_us"] is None and row.extra["copy_GBps"] is not None
+    assert row.cells["ours-kvcache"].status == OK
+    failures = [note for note in suite.notes if note.startswith("append+rotary step at b=1 ctx=48")]
+    assert len(failures) == 1 and "append kernel missing" in failures[0]  # once, though the row ran twice
+
+
+def test_decode_suite_without_flash_attn_with_kvcache(monkeypatch):
+    monkeypatch.setattr(impls, "kvcache_function", lambda: None)
+    suite = suites.run_decode(_cpu_bench(), _tiny_plan())
+    assert suite.columns[0] == "ours" and not any(name.startswith("ours-") for name in suite.columns)
+    assert [key for key, _, _ in suite.extra_columns] == ["copy_GBps"]
+    assert list(suite.rows[0].extra) == ["copy_GBps"] and suite.rows[0].extra["copy_GBps"] > 0
+    assert any("flash_attn_with_kvcache does not exist" in note for note in suite.notes)
+    assert not any("append+rotary" in note for note in suite.notes)
 
 
 # ---- stand-ins for our functions: materialized attention that records how it was called ----

@@ -45,7 +45,7 @@ def parse_args(argv=None):
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument("--quick", dest="full", action="store_false",
                         help="the quick set (default): bf16, headdims 64 and 128, seqlens 512/2k/8k (+16k for hd128 "
-                             "non-causal), a memory sweep to 8k, the decode peers, the feature comparisons; about 2 "
+                             "non-causal), a memory sweep to 8k, the decode suite, the feature comparisons; about 2 "
                              "minutes on an H100")
     chosen.add_argument("--full", dest="full", action="store_true",
                         help="the full set: bf16 and fp16, headdims 64/128/256, seqlens 512 to 16k; 10+ minutes")

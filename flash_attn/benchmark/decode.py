@@ -38,11 +38,11 @@ def paged_column(page_size):
 
 
 PAGED_COLUMNS = {paged_column(size): size for size in PAGE_SIZES}
-EXTRA_COLUMNS = [
+EXTRA_COLUMNS = [  # (key in Row.extra, header, digits); the notes define each
     ("copy_GBps", "copy GB/s (read+write)", 0),
-    ("ours_vs_copy", "ours kvcache / copy GB/s", 2),
-    ("ours_vs_cudnn", "ours kvcache speed-up vs sdpa-cudnn", 2),
-    ("paged16_vs_contiguous", "contiguous µs / paged16 µs", 2),
+    ("ours_vs_copy", "ours kvcache GB/s / copy GB/s", 2),
+    ("ours_vs_cudnn", "sdpa-cudnn µs / ours kvcache µs", 2),
+    ("paged16_vs_contiguous", "ours kvcache µs / paged16 µs", 2),
     ("append_rotary_us", "append+rotary extra µs", 1),
 ]
 COPY_ONLY_EXTRA_COLUMNS = EXTRA_COLUMNS[:1]  # without flash_attn_with_kvcache: the device reference only
@@ -252,9 +252,9 @@ def _decode_notes(plan, has_kvcache):
         f"permutation of the pages (seed {PAGE_ORDER_SEED}), so a sequence's pages are out of order; cache_seqlens = "
         "context; bytes counted as for the contiguous cache. Laying out the pages is not timed; each pool is freed "
         "before the next is built.",
-        "ours kvcache / copy GB/s = ours (kvcache)'s GB/s of K+V read over the copy GB/s. ours kvcache speed-up vs "
-        "sdpa-cudnn = sdpa-cudnn µs / ours (kvcache) µs. contiguous µs / paged16 µs = ours (kvcache) µs / "
-        "ours (paged 16) µs (> 1: the paged cache is faster).",
+        "ours kvcache GB/s / copy GB/s: ours (kvcache)'s GB/s of K+V read over the copy GB/s of the same row. "
+        "sdpa-cudnn µs / ours kvcache µs: ours' speed-up over SDPA's cuDNN backend. ours kvcache µs / paged16 µs: "
+        "> 1 where the paged cache is faster than the contiguous one.",
         "append+rotary extra µs: the time of flash_attn_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, "
         f"rotary_sin, cache_seqlens = context - 1, causal=True, rotary_interleaved=True), k and v (batch, 1, "
         f"{nheads_k}, {headdim}) new tokens, rotary_cos / rotary_sin (context + 1, {headdim // 2}) {dtype}, minus "

@@ -155,7 +155,7 @@ def _copy_marks(ax, suite):
     for i, row in enumerate(suite.rows):
         copy = row.extra.get("copy_GBps")
         if isinstance(copy, (int, float)):
-            ax.hlines(copy, i - 0.45, i + 0.45, colors="red", linestyles="--", linewidth=1.4,
+            ax.hlines(copy, i - 0.45, i + 0.45, colors="black", linestyles="--", linewidth=1.4,
                       label=None if labelled else "device copy (read+write)")
             labelled = True
 
