@@ -1,7 +1,8 @@
 """flash_attn_with_kvcache on the CUDA kernels (append + rotary, split-KV decode, combine) against the
 reference with the tolerance rule, the cache after the append compared exactly (kvcache_checks.py),
 outputs poisoned with NaN before every kernel. Also torch.compile(fullgraph=True) of a decode step,
-a decode loop replayed as a CUDA graph with changing cache_seqlens, and the `sanitizer` tests
+the cp.async loader that
+non-Hopper GPUs use (forced with FLASH_ATTN_DISABLE_SM90=1), a decode loop replayed as a CUDA graph with changing cache_seqlens, and the `sanitizer` tests
 (metadata pointing outside the cache), which scripts/gpu_check.sh also runs under compute-sanitizer.
 """
 
@@ -52,6 +53,16 @@ SPLITS = [1, 3, 0, 40]
 @pytest.mark.parametrize("name", CASES)
 def test_kvcache(name, num_splits):
     case = dataclasses.replace(CASES[name], num_splits=num_splits)
+    require_kernel(case.dtype, case.headdim)
+    check_kvcache(case, "cuda")
+
+
+@pytest.mark.parametrize("name", ["decode", "append_many", "paged_16", "paged_48", "leftpad", "window_both",
+                                  "everything", "long_context"])
+def test_kvcache_cp_async_loader(monkeypatch, name):
+    """The sm80 loader (per-lane cp.async) that Hopper replaces with bulk copies."""
+    monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
+    case = dataclasses.replace(CASES[name], num_splits=3)
     require_kernel(case.dtype, case.headdim)
     check_kvcache(case, "cuda")
 

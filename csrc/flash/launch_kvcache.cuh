@@ -7,6 +7,7 @@
 #include "combine_kernel.cuh"
 #include "kvcache_append_kernel.cuh"
 #include "launch_api.h"
+#include "launch_sm90.cuh"
 #include "splitkv_kernel.cuh"
 
 namespace flash {
@@ -35,9 +36,9 @@ cudaError_t launch_kvcache_append(const KvAppendParams& p, cudaStream_t stream) 
   return cudaGetLastError();
 }
 
-template <typename T, typename Cfg, bool kPaged>
+template <typename T, typename Cfg, bool kPaged, bool kBulk>
 cudaError_t launch_splitkv(const SplitKvParams& p, cudaStream_t stream) {
-  auto kernel = splitkv_kernel<T, Cfg, kPaged>;
+  auto kernel = splitkv_kernel<T, Cfg, kPaged, kBulk>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int m_blocks = ceil_div(p.fwd.shape.seqlen_q * (p.fwd.shape.heads / p.fwd.shape.heads_k), Cfg::kRows);
@@ -47,13 +48,25 @@ cudaError_t launch_splitkv(const SplitKvParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// Paged or contiguous; bulk copies on Hopper (unless FLASH_ATTN_DISABLE_SM90=1), cp.async elsewhere.
+template <typename T, typename Cfg>
+cudaError_t launch_splitkv_variant(const SplitKvParams& params, cudaStream_t stream) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  bool bulk = false;
+  if (err == cudaSuccess) err = can_run_sm90(splitkv_kernel<T, Cfg, false, true>, device, bulk);
+  if (err != cudaSuccess) return err;
+  const bool paged = params.cache.block_table != nullptr;
+  if (bulk) return paged ? launch_splitkv<T, Cfg, true, true>(params, stream) : launch_splitkv<T, Cfg, false, true>(params, stream);
+  return paged ? launch_splitkv<T, Cfg, true, false>(params, stream) : launch_splitkv<T, Cfg, false, false>(params, stream);
+}
+
 template <typename T, int kHeadDim>
 cudaError_t run_fwd_kvcache(const KvAppendParams& append, const SplitKvParams& params, cudaStream_t stream) {
   using Cfg = typename SplitKvTile<kHeadDim>::type;
   cudaError_t err = launch_kvcache_append<T>(append, stream);
   if (err != cudaSuccess) return err;
-  err = params.cache.block_table != nullptr ? launch_splitkv<T, Cfg, true>(params, stream)
-                                            : launch_splitkv<T, Cfg, false>(params, stream);
+  err = launch_splitkv_variant<T, Cfg>(params, stream);
   const int64_t rows = static_cast<int64_t>(params.fwd.shape.batch) * params.fwd.shape.heads * params.fwd.shape.seqlen_q;
   if (err != cudaSuccess || params.num_splits == 1 || rows == 0) return err;
   splitkv_combine_kernel<T><<<static_cast<unsigned>(ceil_div64(rows, kCombineWarps)), kCombineWarps * arch::kWarpSize,

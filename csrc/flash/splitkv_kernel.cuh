@@ -18,6 +18,7 @@
 #include "params.h"
 #include "score_mod.cuh"
 #include "softmax.cuh"
+#include "splitkv_loaders.cuh"
 #include "splitkv_schedule.cuh"
 #include "tile_io.cuh"
 
@@ -36,7 +37,8 @@ struct SplitKvConfig {
   static constexpr int kStride = padded_stride<kHeadDim>();
   static constexpr int kQElems = kRows * kStride;
   static constexpr int kStageElems = 2 * kWarpKeys * kStride;  // K then V
-  static constexpr int kPipelineBytes = (kQElems + kWarps * kStages * kStageElems) * 2;
+  static constexpr int kBarrierBytes = kWarps * kStages * 8;  // the bulk loader's mbarriers
+  static constexpr int kPipelineBytes = (kQElems + kWarps * kStages * kStageElems) * 2 + kBarrierBytes;
   static constexpr int kMergeStride = kHeadDim + 4;  // floats per merged row (16-byte aligned rows)
   // The warps' O rows, then their row max and sum, then each row's per-warp weights and lse.
   static constexpr int kMergeBytes = (kWarps * kRows * kMergeStride + 2 * kWarps * kRows + kWarps * kRows + kRows) * 4;
@@ -44,27 +46,6 @@ struct SplitKvConfig {
   static_assert(kWarpKeys % (2 * arch::kAtomN) == 0, "whole k-steps of P.V");
   static_assert(kWarpKeys * (kHeadDim / kElementsPer16B) % arch::kWarpSize == 0, "whole 16-byte pieces per lane");
 };
-
-// Issues one warp's cp.async copies of K and V rows for keys [n0, n0 + kWarpKeys) of the
-// attended range; keys past it and columns past headdim are zero-filled.
-template <typename T, typename Cfg, bool kPaged>
-__device__ __forceinline__ void load_kv_step(T* sK, T* sV, const FwdParams& f, const KvCacheView& cache, int head_k,
-                                             int n0, int lane) {
-  constexpr int kPieces = Cfg::kHeadDim / kElementsPer16B;
-#pragma unroll
-  for (int i = 0; i < Cfg::kWarpKeys * kPieces / arch::kWarpSize; ++i) {
-    const int item = lane + i * arch::kWarpSize;
-    const int row = item / kPieces, col = item % kPieces * kElementsPer16B;
-    const bool valid = n0 + row < cache.seqlen_k && col < f.shape.headdim;
-    int64_t slab = 0;
-    int cache_row = 0;
-    if (valid) cache.locate_as<kPaged>(cache.first + n0 + row, slab, cache_row);
-    const T* k_src = valid ? KvCacheView::at<T>(f.k, slab, cache_row, head_k) + col : static_cast<const T*>(f.k.ptr);
-    const T* v_src = valid ? KvCacheView::at<T>(f.v, slab, cache_row, head_k) + col : static_cast<const T*>(f.v.ptr);
-    arch::cp_async_16(sK + row * Cfg::kStride + col, k_src, valid);
-    arch::cp_async_16(sV + row * Cfg::kStride + col, v_src, valid);
-  }
-}
 
 // Issues the CTA's cp.async copies of its packed query rows; padding rows are zero-filled.
 template <typename T, typename Cfg>
@@ -198,14 +179,47 @@ __device__ __forceinline__ void write_merged(const SplitKvParams& p, const Merge
   }
 }
 
-template <typename T, typename Cfg, bool kPaged>
+// One warp's walk over its key steps (warp, warp + kWarps, ... of the split): the loader keeps
+// kStages - 1 steps in flight while the warp attends to the oldest.
+template <typename T, typename Cfg, typename Loader>
+__device__ __forceinline__ void stream_key_steps(const Loader& loader, float (&acc)[1][Cfg::kDT][4],
+                                                 OnlineSoftmax<1>& softmax, const T* sQ,
+                                                 const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys>& b,
+                                                 const ScoreMod (&mods)[2], const int (&queries)[2], float scale_log2,
+                                                 int warp, int lane) {
+  const int steps = b.step_end - b.step_begin;
+  const int my_steps = steps > warp ? ceil_div(steps - warp, Cfg::kWarps) : 0;
+  auto step_keys = [&](int i) { return (b.step_begin + warp + i * Cfg::kWarps) * Cfg::kWarpKeys; };
+  for (int i = 0; i < Cfg::kStages - 1 && i < my_steps; ++i) {
+    loader.issue(i, step_keys(i));
+    loader.commit();
+  }
+  for (int i = 0; i < my_steps; ++i) {
+    const int ahead = i + Cfg::kStages - 1;
+    if (ahead < my_steps) loader.issue(ahead, step_keys(ahead));
+    loader.commit();
+    loader.wait(i);  // step i has landed and is visible to the whole warp
+    T* sK = loader.slot(i);
+    attend_step<T, Cfg>(acc, softmax, sQ, sK, sK + Cfg::kWarpKeys * Cfg::kStride, b.mask, mods, queries, b.q,
+                        step_keys(i), scale_log2, lane);
+    arch::warp_sync();  // every lane is done reading slot i before it is refilled
+  }
+}
+
+// kBulk: Hopper bulk copies (BulkKvLoader), else cp.async (splitkv_loaders.cuh).
+template <typename T, typename Cfg, bool kPaged, bool kBulk>
 __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (kBulk) return;  // launched only where the bulk copies exist (launch_kvcache.cuh)
+#endif
   extern __shared__ __align__(16) unsigned char smem[];
   const FwdParams& f = p.fwd;
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
   const auto b = SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys>::current(p);
   T* sQ = reinterpret_cast<T*>(smem);  // (kRows, kStride)
   T* ring = sQ + Cfg::kQElems + warp * Cfg::kStages * Cfg::kStageElems;  // this warp's kStages x (K, V)
+  uint64_t* barriers = reinterpret_cast<uint64_t*>(sQ + Cfg::kQElems + Cfg::kWarps * Cfg::kStages * Cfg::kStageElems) +
+                       warp * Cfg::kStages;
 
   int queries[2];
   ScoreMod mods[2];
@@ -218,35 +232,21 @@ __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvPar
 
   load_packed_queries<T, Cfg>(sQ, f, b.q, b.batch, tid);
   arch::cp_async_commit();
-  const int steps = b.step_end - b.step_begin;
-  const int my_steps = steps > warp ? ceil_div(steps - warp, Cfg::kWarps) : 0;
-  auto step_keys = [&](int i) { return (b.step_begin + warp + i * Cfg::kWarps) * Cfg::kWarpKeys; };
-  auto slot = [&](int i) { return ring + (i % Cfg::kStages) * Cfg::kStageElems; };
-#pragma unroll
-  for (int i = 0; i < Cfg::kStages - 1; ++i) {
-    if (i < my_steps)
-      load_kv_step<T, Cfg, kPaged>(slot(i), slot(i) + Cfg::kWarpKeys * Cfg::kStride, f, b.cache, b.q.head_k,
-                                   step_keys(i), lane);
-    arch::cp_async_commit();
-  }
-  arch::cp_async_wait<Cfg::kStages - 1>();  // the queries have landed (the oldest group)
-  __syncthreads();
+  arch::cp_async_wait<0>();
+  __syncthreads();  // the queries are visible to every warp
 
   float acc[1][Cfg::kDT][4];  // O: (16 packed rows x kHeadDim)
   arch::zero_accumulators(acc);
   OnlineSoftmax<1> softmax;
   softmax.init();
-  for (int i = 0; i < my_steps; ++i) {
-    const int ahead = i + Cfg::kStages - 1;
-    if (ahead < my_steps)
-      load_kv_step<T, Cfg, kPaged>(slot(ahead), slot(ahead) + Cfg::kWarpKeys * Cfg::kStride, f, b.cache,
-                                   b.q.head_k, step_keys(ahead), lane);
-    arch::cp_async_commit();
-    arch::cp_async_wait<Cfg::kStages - 1>();  // step i has landed
-    arch::warp_sync();
-    attend_step<T, Cfg>(acc, softmax, sQ, slot(i), slot(i) + Cfg::kWarpKeys * Cfg::kStride, b.mask, mods, queries,
-                        b.q, step_keys(i), f.logit_scale_log2, lane);
-    arch::warp_sync();  // every lane is done reading slot i before it is refilled
+  const KvStepSource<T, Cfg, kPaged> source{f, b.cache, b.q.head_k};
+  if constexpr (kBulk) {
+    const BulkKvLoader<T, Cfg, kPaged> loader{source, ring, barriers, lane};
+    loader.init();
+    stream_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
+  } else {
+    const CpAsyncKvLoader<T, Cfg, kPaged> loader{source, ring, lane};
+    stream_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
   }
   arch::cp_async_wait<0>();
   __syncthreads();  // every warp is done with the pipeline's buffers

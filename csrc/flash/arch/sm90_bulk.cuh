@@ -1,5 +1,8 @@
 // NVIDIA Hopper bulk asynchronous copies (the TMA engine without a tensor map): a contiguous
-// shared-memory range reduced into global memory by one thread's instruction.
+// shared-memory range reduced into global memory, or a contiguous global range loaded into shared
+// memory, by one thread's instruction; loads complete on an mbarrier's transaction count.
+// Bulk loads keep many more bytes in flight per SM than per-thread cp.async, whose outstanding
+// requests are capped by the SM's load/store path (benchmarks/NOTES.md v6).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,54 @@ __device__ __forceinline__ void bulk_wait_complete() {
 // generic-proxy operations, e.g. the release that lets another CTA add to the same tile.
 __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// mbarrier for bulk loads: one arrival (the thread that posts the expected bytes) per phase.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(arrivals) : "memory");
+#endif
+}
+
+// Makes initialized mbarriers visible to the async proxy (the bulk copies that complete on them).
+__device__ __forceinline__ void fence_mbarrier_init() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// Arrives on `bar` and adds `bytes` to the transaction count its current phase waits for.
+__device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
+               : "memory");
+#endif
+}
+
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory;
+// completion counts against bar's transaction count.
+__device__ __forceinline__ void bulk_load(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_address(smem)),
+               "l"(gmem), "r"(bytes), "r"(smem_address(bar))
+               : "memory");
+#endif
+}
+
+// Waits until the phase of `bar` with this parity has completed.
+__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_address(bar)),
+      "r"(parity)
+      : "memory");
+#endif
 }
 
 }  // namespace arch
