@@ -157,7 +157,7 @@ __device__ __forceinline__ float4 merged_piece(const MergeBuffers<Cfg>& m, int r
 // into this split's fp32 partials (lse -inf for a row that saw no key in this split).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void write_merged(const SplitKvParams& p, const MergeBuffers<Cfg>& m,
-                                             const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys>& b, int tid) {
+                                             const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>& b, int tid) {
   const FwdParams& f = p.fwd;
   const int64_t rows_per_split = static_cast<int64_t>(f.shape.batch) * f.shape.heads * f.shape.seqlen_q;
   const int pieces = f.shape.headdim / 4;
@@ -179,29 +179,35 @@ __device__ __forceinline__ void write_merged(const SplitKvParams& p, const Merge
   }
 }
 
-// One warp's walk over its key steps (warp, warp + kWarps, ... of the split): the loader keeps
-// kStages - 1 steps in flight while the warp attends to the oldest.
-template <typename T, typename Cfg, typename Loader>
-__device__ __forceinline__ void stream_key_steps(const Loader& loader, float (&acc)[1][Cfg::kDT][4],
-                                                 OnlineSoftmax<1>& softmax, const T* sQ,
-                                                 const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys>& b,
-                                                 const ScoreMod (&mods)[2], const int (&queries)[2], float scale_log2,
-                                                 int warp, int lane) {
-  const int steps = b.step_end - b.step_begin;
-  const int my_steps = steps > warp ? ceil_div(steps - warp, Cfg::kWarps) : 0;
-  auto step_keys = [&](int i) { return (b.step_begin + warp + i * Cfg::kWarps) * Cfg::kWarpKeys; };
-  for (int i = 0; i < Cfg::kStages - 1 && i < my_steps; ++i) {
-    loader.issue(i, step_keys(i));
+// One warp's walk over its key steps (splitkv_schedule.cuh): the loader keeps kStages - 1 steps in
+// flight while the warp attends to the oldest. issue_first_steps starts the walk, before the
+// queries have landed.
+template <typename Cfg, typename Loader>
+__device__ __forceinline__ void issue_first_steps(const Loader& loader,
+                                                  const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>& b,
+                                                  int warp) {
+  const int count = b.warp_step_count(warp);
+  for (int i = 0; i < Cfg::kStages - 1 && i < count; ++i) {
+    loader.issue(i, b.warp_step_keys(warp, i, count));
     loader.commit();
   }
-  for (int i = 0; i < my_steps; ++i) {
+}
+
+template <typename T, typename Cfg, typename Loader>
+__device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&acc)[1][Cfg::kDT][4],
+                                                 OnlineSoftmax<1>& softmax, const T* sQ,
+                                                 const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>& b,
+                                                 const ScoreMod (&mods)[2], const int (&queries)[2], float scale_log2,
+                                                 int warp, int lane) {
+  const int count = b.warp_step_count(warp);
+  for (int i = 0; i < count; ++i) {
     const int ahead = i + Cfg::kStages - 1;
-    if (ahead < my_steps) loader.issue(ahead, step_keys(ahead));
+    if (ahead < count) loader.issue(ahead, b.warp_step_keys(warp, ahead, count));
     loader.commit();
     loader.wait(i);  // step i has landed and is visible to the whole warp
     T* sK = loader.slot(i);
     attend_step<T, Cfg>(acc, softmax, sQ, sK, sK + Cfg::kWarpKeys * Cfg::kStride, b.mask, mods, queries, b.q,
-                        step_keys(i), scale_log2, lane);
+                        b.warp_step_keys(warp, i, count), scale_log2, lane);
     arch::warp_sync();  // every lane is done reading slot i before it is refilled
   }
 }
@@ -215,7 +221,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvPar
   extern __shared__ __align__(16) unsigned char smem[];
   const FwdParams& f = p.fwd;
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
-  const auto b = SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys>::current(p);
+  const auto b = SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>::current(p);
   T* sQ = reinterpret_cast<T*>(smem);  // (kRows, kStride)
   T* ring = sQ + Cfg::kQElems + warp * Cfg::kStages * Cfg::kStageElems;  // this warp's kStages x (K, V)
   uint64_t* barriers = reinterpret_cast<uint64_t*>(sQ + Cfg::kQElems + Cfg::kWarps * Cfg::kStages * Cfg::kStageElems) +
@@ -232,21 +238,26 @@ __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvPar
 
   load_packed_queries<T, Cfg>(sQ, f, b.q, b.batch, tid);
   arch::cp_async_commit();
-  arch::cp_async_wait<0>();
-  __syncthreads();  // the queries are visible to every warp
-
   float acc[1][Cfg::kDT][4];  // O: (16 packed rows x kHeadDim)
   arch::zero_accumulators(acc);
   OnlineSoftmax<1> softmax;
   softmax.init();
   const KvStepSource<T, Cfg, kPaged> source{f, b.cache, b.q.head_k};
+  // The first K/V steps are issued while the queries are in flight; the cp.async loader's wait
+  // below also waits for them (its groups cannot be told apart from the queries').
   if constexpr (kBulk) {
     const BulkKvLoader<T, Cfg, kPaged> loader{source, ring, barriers, lane};
     loader.init();
-    stream_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
+    issue_first_steps<Cfg>(loader, b, warp);
+    arch::cp_async_wait<0>();
+    __syncthreads();  // the queries are visible to every warp
+    attend_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
   } else {
     const CpAsyncKvLoader<T, Cfg, kPaged> loader{source, ring, lane};
-    stream_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
+    issue_first_steps<Cfg>(loader, b, warp);
+    arch::cp_async_wait<0>();
+    __syncthreads();
+    attend_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
   }
   arch::cp_async_wait<0>();
   __syncthreads();  // every warp is done with the pipeline's buffers

@@ -3,9 +3,13 @@
 //
 // GQA packing: the `group` query heads that share KV head hk are stacked into one tile of rows, so
 // K/V are read once per KV head: packed row r is token r / group of query head hk * group + r % group.
-// Split s of num_splits takes an equal share of the key steps (kWarpKeys keys each) that the
-// block's tokens can see (mask.cuh), so windows and causal skip whole steps and every split
-// has work whatever the cache lengths are.
+// Key steps (kWarpKeys keys each) cover the keys the block's tokens can see (mask.cuh), so windows
+// and causal skip whole steps. They are dealt round-robin: step j of the visible range goes to
+// split (j / kWarps) % num_splits, warp j % kWarps, so at any moment all CTAs of a (batch, KV head)
+// read neighbouring rows (whole DRAM pages, shared with the other KV heads' CTAs) and every split
+// has work whatever the cache lengths are. Each warp starts its walk at a round that depends on the
+// batch entry: caches of equal length lie at regular strides, and batch entries walking in step
+// hammered the same DRAM banks (benchmarks/NOTES.md v6).
 #pragma once
 
 #include "common.cuh"
@@ -27,15 +31,28 @@ struct PackedQueryRows {
   __device__ __forceinline__ int head(int r) const { return head_k * group + (row0 + r) % group; }
 };
 
-template <int kRows, int kWarpKeys>
+template <int kRows, int kWarpKeys, int kWarps>
 struct SplitKvBlock {
   int batch;
   int split;
   PackedQueryRows q;
   KvCacheView cache;
   AttentionMask mask;  // over tokens (queries) and attended keys
-  int step_begin;      // key steps [step_begin, step_end) of this split; step n holds keys
-  int step_end;        //   [n * kWarpKeys, (n + 1) * kWarpKeys) of the attended range
+  int num_splits;
+  int first_step;      // visible key steps [first_step, first_step + steps); step n holds keys
+  int steps;           //   [n * kWarpKeys, (n + 1) * kWarpKeys) of the attended range
+
+  // How many steps warp `warp` of this split walks.
+  __device__ __forceinline__ int warp_step_count(int warp) const {
+    const int offset = split * kWarps + warp, stride = num_splits * kWarps;
+    return steps > offset ? ceil_div(steps - offset, stride) : 0;
+  }
+
+  // The first key of the warp's k-th step (k < count = warp_step_count(warp)).
+  __device__ __forceinline__ int warp_step_keys(int warp, int k, int count) const {
+    const int round = (k + batch * 37) % count;
+    return (first_step + (round * num_splits + split) * kWarps + warp) * kWarpKeys;
+  }
 
   __device__ __forceinline__ static SplitKvBlock current(const SplitKvParams& p) {
     SplitKvBlock b;
@@ -52,11 +69,9 @@ struct SplitKvBlock {
     b.mask = AttentionMask::of(shape.seqlen_q, b.cache.seqlen_k, p.fwd.window);
     const int key_begin = b.mask.kv_begin(b.q.token_first);
     const int key_end = b.mask.kv_end(b.q.token_first, b.q.token_count);
-    const int first = key_begin / kWarpKeys;
-    const int last = key_end > key_begin ? ceil_div(key_end, kWarpKeys) : first;
-    const int per_split = ceil_div(last - first, p.num_splits);
-    b.step_begin = min(first + b.split * per_split, last);
-    b.step_end = min(b.step_begin + per_split, last);
+    b.num_splits = p.num_splits;
+    b.first_step = key_begin / kWarpKeys;
+    b.steps = key_end > key_begin ? ceil_div(key_end, kWarpKeys) - b.first_step : 0;
     return b;
   }
 };
