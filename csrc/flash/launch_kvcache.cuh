@@ -12,19 +12,20 @@
 
 namespace flash {
 
-// SplitKvConfig<hd, keys per warp step, ring stages> per head dim. Each warp step moves about 16 KB
-// of K+V (fewer keys as the head dim grows), and 4 warps x 3 stages fill ~210 KB of shared memory:
-// one CTA per SM keeping 2 steps per warp (~128 KB) in flight, which a memory-bound kernel needs
-// to cover HBM latency with few warps. Two keys' worth of registers: the scores are 16 x keys fp32
-// and O is 16 x hd fp32 per warp.
+// SplitKvConfig<hd, keys per warp step, ring stages, warps> per head dim. A warp's step is a chain
+// of dependent ldmatrix / mma.sync / softmax instructions that one warp per SM sub-partition cannot
+// hide: measured on H100 (benchmarks/NOTES.md v6), 4 warps of 32-key steps (hd 128) read ~20 GB/s
+// per SM, whatever the loader, so head dims up to 128 run 8 warps of half the keys, two warps per
+// sub-partition, in the same ~210 KB of rings (3 stages: 2 steps in flight while one is read).
+// hd 192 / 256 keep 4 warps: 8 rings of even 16-key steps would not fit.
 template <int kHeadDim>
 struct SplitKvTile;
-template <> struct SplitKvTile<32> { using type = SplitKvConfig<32, 64, 3>; };
-template <> struct SplitKvTile<64> { using type = SplitKvConfig<64, 64, 3>; };
-template <> struct SplitKvTile<96> { using type = SplitKvConfig<96, 32, 3>; };
-template <> struct SplitKvTile<128> { using type = SplitKvConfig<128, 32, 3>; };
-template <> struct SplitKvTile<192> { using type = SplitKvConfig<192, 16, 3>; };
-template <> struct SplitKvTile<256> { using type = SplitKvConfig<256, 16, 3>; };
+template <> struct SplitKvTile<32> { using type = SplitKvConfig<32, 32, 3, 8>; };
+template <> struct SplitKvTile<64> { using type = SplitKvConfig<64, 32, 3, 8>; };
+template <> struct SplitKvTile<96> { using type = SplitKvConfig<96, 16, 3, 8>; };
+template <> struct SplitKvTile<128> { using type = SplitKvConfig<128, 16, 3, 8>; };
+template <> struct SplitKvTile<192> { using type = SplitKvConfig<192, 16, 3, 4>; };
+template <> struct SplitKvTile<256> { using type = SplitKvConfig<256, 16, 3, 4>; };
 
 template <typename T>
 cudaError_t launch_kvcache_append(const KvAppendParams& p, cudaStream_t stream) {

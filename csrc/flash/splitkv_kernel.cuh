@@ -24,12 +24,12 @@
 
 namespace flash {
 
-template <int kHeadDim_, int kWarpKeys_, int kStages_>
+template <int kHeadDim_, int kWarpKeys_, int kStages_, int kWarps_>
 struct SplitKvConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpKeys = kWarpKeys_;  // keys per warp step
   static constexpr int kStages = kStages_;      // K/V steps in each warp's ring
-  static constexpr int kWarps = 4;
+  static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * arch::kWarpSize;
   static constexpr int kRows = arch::kAtomM;  // packed query rows per CTA
   static constexpr int kNT = kWarpKeys / arch::kAtomN;
