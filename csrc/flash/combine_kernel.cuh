@@ -8,12 +8,19 @@
 
 #include "arch/arch.cuh"
 #include "params.h"
+#include "splitkv_heuristic.h"
 #include "tile_io.cuh"
 
 namespace flash {
 
 constexpr int kCombineWarps = 4;
+constexpr int kCombineSplitsPerLane = 4;
+static_assert(kCombineSplitsPerLane * 32 >= kMaxSplits, "every split's lse has a lane");
 
+// Each lane holds the lse of splits lane, lane + 32, ...; the weights exp(lse_s - lse) stay in
+// those registers and reach the other lanes by shuffles, so the loads of the splits' outputs do
+// not wait on one another (the first version re-read lse_s per split and column: 6.4 µs for 32
+// rows, benchmarks/NOTES.md v6).
 template <typename T>
 __global__ void __launch_bounds__(kCombineWarps * arch::kWarpSize) splitkv_combine_kernel(const SplitKvParams p) {
   const FwdParams& f = p.fwd;
@@ -21,16 +28,25 @@ __global__ void __launch_bounds__(kCombineWarps * arch::kWarpSize) splitkv_combi
   const int64_t rows = static_cast<int64_t>(f.shape.batch) * f.shape.heads * f.shape.seqlen_q;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / arch::kWarpSize;
   if (row >= rows) return;
+  float weight[kCombineSplitsPerLane];
   float lse_max = -INFINITY;
-  for (int s = lane; s < p.num_splits; s += arch::kWarpSize) lse_max = fmaxf(lse_max, p.lse_accum[s * rows + row]);
+#pragma unroll
+  for (int c = 0; c < kCombineSplitsPerLane; ++c) {
+    const int s = c * arch::kWarpSize + lane;
+    weight[c] = s < p.num_splits ? p.lse_accum[s * rows + row] : -INFINITY;
+    lse_max = fmaxf(lse_max, weight[c]);
+  }
   lse_max = arch::warp_max(lse_max);
-  float total = 0.f;
-  if (lse_max != -INFINITY)
-    for (int s = lane; s < p.num_splits; s += arch::kWarpSize) total += expf(p.lse_accum[s * rows + row] - lse_max);
-  total = arch::warp_sum(total);
   const bool empty = lse_max == -INFINITY;
-  const float lse = empty ? INFINITY : lse_max + logf(total);
-  if (lane == 0) f.lse[row] = lse;
+  float total = 0.f;
+#pragma unroll
+  for (int c = 0; c < kCombineSplitsPerLane; ++c) {
+    weight[c] = empty || weight[c] == -INFINITY ? 0.f : expf(weight[c] - lse_max);
+    total += weight[c];
+  }
+  total = arch::warp_sum(total);
+  if (lane == 0) f.lse[row] = empty ? INFINITY : lse_max + logf(total);
+  const float inv_total = empty ? 0.f : 1.f / total;
 
   const int token = static_cast<int>(row % f.shape.seqlen_q);
   const int64_t batch_head = row / f.shape.seqlen_q;
@@ -38,15 +54,19 @@ __global__ void __launch_bounds__(kCombineWarps * arch::kWarpSize) splitkv_combi
   T* out = static_cast<T*>(f.out.ptr) + batch * f.out.batch_stride + token * f.out.row_stride + head * f.out.head_stride;
   for (int col = lane * 4; col < f.shape.headdim; col += arch::kWarpSize * 4) {
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s = 0; s < p.num_splits && !empty; ++s) {
-      const float lse_s = p.lse_accum[s * rows + row];
-      if (lse_s == -INFINITY) continue;
-      const float w = expf(lse_s - lse);
-      const float4 x = *reinterpret_cast<const float4*>(p.out_accum + (s * rows + row) * p.headdim_accum + col);
-      o.x += w * x.x;
-      o.y += w * x.y;
-      o.z += w * x.z;
-      o.w += w * x.w;
+#pragma unroll
+    for (int c = 0; c < kCombineSplitsPerLane; ++c) {
+      const int splits = min(arch::kWarpSize, p.num_splits - c * arch::kWarpSize);
+#pragma unroll 8
+      for (int l = 0; l < splits; ++l) {
+        const float w = arch::shuffle(weight[c], l) * inv_total;
+        const int s = c * arch::kWarpSize + l;
+        const float4 x = *reinterpret_cast<const float4*>(p.out_accum + (s * rows + row) * p.headdim_accum + col);
+        o.x += w * x.x;
+        o.y += w * x.y;
+        o.z += w * x.z;
+        o.w += w * x.w;
+      }
     }
     store_float4_as(out + col, o);
   }

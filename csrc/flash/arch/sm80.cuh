@@ -128,6 +128,10 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+__device__ __forceinline__ float shuffle(float value, int src_lane) {
+  return __shfl_sync(0xffffffffu, value, src_lane);
+}
+
 __device__ __forceinline__ float shuffle_xor(float value, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, value, lane_mask);
 }
