@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ops  # noqa: F401 - importing it defines torch.ops.flash_attn.fwd / bwd
-from . import validation
+from . import paged_prefill, validation
 from .attention_probs import dropout_attention_probs
 from .reference import default_softmax_scale, normalize_window
 
@@ -54,6 +54,26 @@ def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, s
                                         (window_left, window_right), float(softcap), alibi_slopes,
                                         float(dropout_p), rng_state, headdim)
     return out, softmax_lse, probs
+
+
+def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                     causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table):
+    """flash_attn_varlen_func with block_table (paged_prefill.py)."""
+    paged_prefill.check_paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table,
+                                     dropout_p)
+    validation.check_options(0.0, window_size, softcap, alibi_slopes, False, q, cu_seqlens_q.shape[0] - 1)
+    headdim = q.shape[-1]
+    if softmax_scale is None:
+        softmax_scale = default_softmax_scale(headdim)
+    validation.check_softmax_scale(softmax_scale)
+    window = normalize_window(window_size, causal, max_seqlen_k)
+    headdim_padded = -(-headdim // _HEADDIM_ALIGNMENT) * _HEADDIM_ALIGNMENT
+    q, k, v = (_pad_headdim(t, headdim_padded) for t in (q, k, v))
+    out, softmax_lse = paged_prefill.paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                          block_table.contiguous(), float(softmax_scale), window,
+                                                          float(softcap), alibi_slopes)
+    out = out[..., :headdim]
+    return (out, softmax_lse, None) if return_attn_probs else out
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -109,11 +129,14 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Offsets are clamped to the tensors' rows, so bad offsets cannot make the kernels touch memory
     outside q, k, v; rows outside every sequence are left unwritten in out (as in FlashAttention 2).
     Returns out (total_q, nheads, headdim), or (out, softmax_lse (nheads, total_q), S_dmask).
-    block_table (paged K/V) belongs to the kvcache work and is not implemented yet.
+    block_table (batch, max_pages) int32: k and v are paged caches (num_pages, page_size, nheads_k,
+    headdim), page_size a multiple of 16, sequence b's keys the first cu_seqlens_k[b + 1] -
+    cu_seqlens_k[b] positions of its pages (paged prefill: forward only, no dropout, as in FA2).
     """
     if block_table is not None:
-        raise NotImplementedError("flash_attn: block_table (paged K/V) is not implemented yet in "
-                                  "flash_attn_varlen_func; pass block_table=None")
+        return _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
+                                block_table)
     return _attention(q, k, v, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), dropout_p, softmax_scale,
                       causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
 

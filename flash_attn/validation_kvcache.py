@@ -9,7 +9,7 @@ from .validation import MAX_HEADDIM, SUPPORTED_DTYPES, check_cuda_capability
 PAGE_MULTIPLE = 16
 
 
-def _check_tensor(name, t, rank, dims):
+def check_tensor(name, t, rank, dims):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != rank:
@@ -25,34 +25,36 @@ def _check_like_q(name, t, q):
         raise ValueError(f"flash_attn: {name} must have a contiguous last dimension (stride 1), got {t.stride()}")
 
 
-def check_kvcache_tensors(q, k_cache, v_cache, k, v, block_table):
-    """q (b, sq, h, d); caches (entries or pages, rows, hk, d); new k / v (b, s_new, hk, d)."""
-    _check_tensor("q", q, 4, "(batch, seqlen_q, nheads, headdim)")
+def check_kvcache_tensors(q, k_cache, v_cache, k, v, block_table, cache_names=("k_cache", "v_cache")):
+    """q (b, sq, h, d); caches (entries or pages, rows, hk, d); new k / v (b, s_new, hk, d). cache_names:
+    what the caller calls the caches (paged flash_attn_varlen_func: k and v)."""
+    k_name, v_name = cache_names
+    check_tensor("q", q, 4, "(batch, seqlen_q, nheads, headdim)")
     cache_dims = "(num_pages, page_size, nheads_k, headdim)" if block_table is not None else \
         "(batch_cache, seqlen_cache, nheads_k, headdim)"
-    _check_tensor("k_cache", k_cache, 4, cache_dims)
-    _check_tensor("v_cache", v_cache, 4, cache_dims)
+    check_tensor(k_name, k_cache, 4, cache_dims)
+    check_tensor(v_name, v_cache, 4, cache_dims)
     if q.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"flash_attn: q has dtype {q.dtype}; supported dtypes are float16 and bfloat16")
     if q.stride(-1) != 1 and q.shape[-1] > 1:
         raise ValueError(f"flash_attn: q must have a contiguous last dimension (stride 1), got {q.stride()}")
-    _check_like_q("k_cache", k_cache, q)
-    _check_like_q("v_cache", v_cache, q)
+    _check_like_q(k_name, k_cache, q)
+    _check_like_q(v_name, v_cache, q)
     if k_cache.shape != v_cache.shape:
-        raise ValueError(f"flash_attn: k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and "
+        raise ValueError(f"flash_attn: {k_name} and {v_name} must have one shape, got {tuple(k_cache.shape)} and "
                          f"{tuple(v_cache.shape)}")
     headdim, nheads, nheads_k = q.shape[3], q.shape[2], k_cache.shape[2]
     if not 1 <= headdim <= MAX_HEADDIM:
         raise ValueError(f"flash_attn: headdim {headdim} is not supported; it must be between 1 and {MAX_HEADDIM}")
     if k_cache.shape[3] != headdim:
-        raise ValueError(f"flash_attn: k_cache has headdim {k_cache.shape[3]} but q has headdim {headdim}")
+        raise ValueError(f"flash_attn: {k_name} has headdim {k_cache.shape[3]} but q has headdim {headdim}")
     if nheads_k == 0 or nheads % nheads_k != 0:
-        raise ValueError(f"flash_attn: nheads of q ({nheads}) must be a multiple of nheads of k_cache ({nheads_k})")
+        raise ValueError(f"flash_attn: nheads of q ({nheads}) must be a multiple of nheads of {k_name} ({nheads_k})")
     if (k is None) != (v is None):
         raise ValueError("flash_attn: k and v (the new tokens) must be given together")
     if k is not None:
         for name, t in (("k", k), ("v", v)):
-            _check_tensor(name, t, 4, "(batch, seqlen_new, nheads_k, headdim)")
+            check_tensor(name, t, 4, "(batch, seqlen_new, nheads_k, headdim)")
             _check_like_q(name, t, q)
             if t.shape[0] != q.shape[0] or t.shape[2] != nheads_k or t.shape[3] != headdim:
                 raise ValueError(f"flash_attn: {name} must have shape (batch, seqlen_new, nheads_k, headdim) = "
@@ -91,24 +93,30 @@ def check_kvcache_metadata(q, k_cache, cache_seqlens, cache_batch_idx, cache_lef
             raise ValueError(f"flash_attn: k_cache has {k_cache.shape[0]} batch entries but q has batch {q.shape[0]}; "
                              "pass cache_batch_idx to choose entries")
         return
+    if cache_batch_idx is not None:
+        raise ValueError("flash_attn: cache_batch_idx cannot be used with block_table (a paged cache chooses its pages "
+                         "per batch entry through block_table)")
+    check_block_table(block_table, q.shape[0], q.device, k_cache)
+
+
+def check_block_table(block_table, batch, device, k_cache, cache_name="k_cache"):
+    """block_table (batch, max_pages) int32 on q's device into a paged cache of pages of a multiple of
+    16 rows."""
     if not isinstance(block_table, torch.Tensor):
         raise TypeError(f"flash_attn: block_table must be a torch.Tensor, got {type(block_table).__name__}")
     if block_table.dtype != torch.int32:
         raise TypeError(f"flash_attn: block_table must be int32, got {block_table.dtype}")
-    if block_table.device != q.device:
-        raise ValueError(f"flash_attn: block_table is on {block_table.device} but q is on {q.device}")
-    if block_table.dim() != 2 or block_table.shape[0] != q.shape[0] or block_table.shape[1] == 0:
-        raise ValueError(f"flash_attn: block_table must have shape (batch, max_pages) with batch = {q.shape[0]} and "
+    if block_table.device != device:
+        raise ValueError(f"flash_attn: block_table is on {block_table.device} but q is on {device}")
+    if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] == 0:
+        raise ValueError(f"flash_attn: block_table must have shape (batch, max_pages) with batch = {batch} and "
                          f"max_pages >= 1, got {tuple(block_table.shape)}")
-    if cache_batch_idx is not None:
-        raise ValueError("flash_attn: cache_batch_idx cannot be used with block_table (a paged cache chooses its pages "
-                         "per batch entry through block_table)")
     page_size = k_cache.shape[1]
     if page_size == 0 or page_size % PAGE_MULTIPLE != 0:
-        raise ValueError(f"flash_attn: the paged cache's page size (k_cache.shape[1]) must be a multiple of "
+        raise ValueError(f"flash_attn: the paged cache's page size ({cache_name}.shape[1]) must be a multiple of "
                          f"{PAGE_MULTIPLE}, got {page_size}")
     if k_cache.shape[0] == 0:
-        raise ValueError("flash_attn: the paged cache has no pages (k_cache.shape[0] == 0)")
+        raise ValueError(f"flash_attn: the paged cache has no pages ({cache_name}.shape[0] == 0)")
 
 
 def check_rotary(q, rotary_cos, rotary_sin, rotary_interleaved, capacity):
@@ -119,7 +127,7 @@ def check_rotary(q, rotary_cos, rotary_sin, rotary_interleaved, capacity):
     if rotary_cos is None:
         return
     for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
-        _check_tensor(name, t, 2, "(seqlen_ro, rotary_dim / 2)")
+        check_tensor(name, t, 2, "(seqlen_ro, rotary_dim / 2)")
         if t.device != q.device or t.dtype != q.dtype:
             raise TypeError(f"flash_attn: {name} must be {q.dtype} on {q.device} like q, got {t.dtype} on {t.device}")
     if rotary_cos.shape != rotary_sin.shape:

@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from flash_attn import flash_attn_with_kvcache
+from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 from flash_attn import reference_kvcache as rk
 from flash_attn.reference import attention_ref, normalize_window
 from helpers import OUT_FACTOR, assert_fa_close
@@ -145,3 +145,39 @@ def check_kvcache(c: KvCase, device, seed=0):
         assert_fa_close(f"out[{b}]", out[b].cpu(), ref[0], pt[0], OUT_FACTOR)
         assert_fa_close(f"lse[{b}]", lse[b].cpu(), ref[1], pt[1], OUT_FACTOR)
     return out, lse
+
+
+def check_paged_varlen(device, lengths_q, lengths_k, page_size, causal=False, window_size=(-1, -1), softcap=0.0,
+                       alibi=False, nheads=4, nheads_k=2, headdim=64, dtype=torch.bfloat16, seed=0):
+    """flash_attn_varlen_func with block_table: the sequences' keys laid out in shuffled pages of a pool
+    (the rest of the pool random), against attention_ref per sequence on the packed keys."""
+    g = torch.Generator().manual_seed(seed)
+    randn = lambda *shape: torch.randn(*shape, generator=g).to(dtype)  # noqa: E731
+    batch = len(lengths_q)
+    cu_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lengths_k).cumsum(0).tolist()], dtype=torch.int32)
+    q, k, v = randn(int(cu_q[-1]), nheads, headdim), randn(int(cu_k[-1]), nheads_k, headdim), randn(
+        int(cu_k[-1]), nheads_k, headdim)
+    pages_per_sequence = max(1, math.ceil(max(lengths_k) / page_size))
+    pool = batch * pages_per_sequence + 2
+    block_table = torch.randperm(pool, generator=g)[:batch * pages_per_sequence].view(batch, -1).to(torch.int32)
+    k_pages, v_pages = randn(pool, page_size, nheads_k, headdim), randn(pool, page_size, nheads_k, headdim)
+    for b in range(batch):
+        for j in range(lengths_k[b]):
+            page, row = int(block_table[b, j // page_size]), j % page_size
+            k_pages[page, row], v_pages[page, row] = k[int(cu_k[b]) + j], v[int(cu_k[b]) + j]
+    slopes = torch.rand(batch, nheads, generator=g) * 0.3 if alibi else None
+    to = lambda t: None if t is None else t.to(device)  # noqa: E731
+    out, lse, probs = flash_attn_varlen_func(to(q), to(k_pages), to(v_pages), to(cu_q), to(cu_k), max(lengths_q),
+                                             max(lengths_k), causal=causal, window_size=window_size, softcap=softcap,
+                                             alibi_slopes=to(slopes), return_attn_probs=True,
+                                             block_table=to(block_table))
+    assert probs is None and out.shape == q.shape and lse.shape == (nheads, q.shape[0])
+    window = normalize_window(window_size, causal, max(lengths_k))
+    for b in range(batch):
+        rows_q, rows_k = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        one = dict(window_size=window, softcap=softcap, alibi_slopes=None if slopes is None else slopes[b:b + 1])
+        ref = attention_ref(q[None, rows_q], k[None, rows_k], v[None, rows_k], **one)
+        pt = attention_ref(q[None, rows_q], k[None, rows_k], v[None, rows_k], upcast=False, **one)
+        assert_fa_close(f"out[{b}]", out[rows_q].cpu(), ref[0][0], pt[0][0], OUT_FACTOR)
+        assert_fa_close(f"lse[{b}]", lse[:, rows_q].cpu(), ref[1][0], pt[1][0], OUT_FACTOR)

@@ -14,7 +14,7 @@ import torch
 import flash_attn
 from flash_attn import flash_attn_with_kvcache
 from helpers import GPU_TEST_MARKS, require_kernel
-from kvcache_checks import KvCase, check_kvcache, make_inputs, run_ours
+from kvcache_checks import KvCase, check_kvcache, check_paged_varlen, make_inputs, run_ours
 
 pytestmark = GPU_TEST_MARKS
 
@@ -200,3 +200,13 @@ def test_kvcache_example_from_the_guides():
     assert out.shape == (batch, 1, nheads, headdim) and lse.shape == (batch, nheads, 1)
     assert torch.equal(k_cache[:, 16], new[:, 0]) and torch.isfinite(out).all()
     assert flash_attn.__version__
+
+
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+@pytest.mark.parametrize("causal,window_size,softcap,alibi", [(False, (-1, -1), 0.0, False), (True, (-1, -1), 0.0, True),
+                                                              (True, (50, 0), 5.0, False)])
+def test_paged_varlen(page_size, causal, window_size, softcap, alibi):
+    """flash_attn_varlen_func with block_table (paged prefill), lengths 0, 1 and uneven."""
+    require_kernel(torch.bfloat16, 128)
+    check_paged_varlen("cuda", [37, 1, 0, 200, 64], [300, 1, 17, 200, 513], page_size, causal, window_size, softcap,
+                       alibi, nheads=8, nheads_k=2, headdim=128)

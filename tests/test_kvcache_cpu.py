@@ -10,7 +10,7 @@ import torch
 from flash_attn import flash_attn_with_kvcache
 from flash_attn.layers.rotary import apply_rotary_emb
 from flash_attn.reference import attention_ref
-from kvcache_checks import KvCase, check_kvcache, make_inputs, run_ours
+from kvcache_checks import KvCase, check_kvcache, check_paged_varlen, make_inputs, run_ours
 
 CASES = {
     "decode": KvCase(),
@@ -159,3 +159,9 @@ def test_kvcache_paged_errors():
     with pytest.raises(ValueError, match="cache_seqlens"):
         flash_attn_with_kvcache(x.q, x.k_cache, x.v_cache, torch.zeros_like(x.k_cache[:2, :1]),
                                 torch.zeros_like(x.k_cache[:2, :1]), block_table=x.block_table)
+
+
+@pytest.mark.parametrize("causal,window_size,softcap,alibi", [(False, (-1, -1), 0.0, False), (True, (-1, -1), 0.0, True),
+                                                              (False, (20, 5), 5.0, False)])
+def test_paged_varlen_cpu(causal, window_size, softcap, alibi):
+    check_paged_varlen("cpu", [5, 1, 0, 40], [70, 3, 9, 40], 16, causal, window_size, softcap, alibi)

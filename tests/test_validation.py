@@ -121,8 +121,16 @@ BAD_VARLEN = {  # name: (overrides, exception, message pattern)
                  r"q must have 3 dims \(total_tokens, nheads, headdim\)"),
     "alibi_batch_mismatch": (dict(alibi_slopes=torch.ones(3, 4)), ValueError,
                              r"alibi_slopes must have shape \(nheads,\) = \(4,\) or \(batch, nheads\) = \(2, 4\)"),
-    "block_table": (dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), NotImplementedError,
-                    r"block_table \(paged K/V\) is not implemented yet"),
+    "block_table_unpaged_k": (dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), ValueError,
+                              r"k must have 4 dims \(num_pages, page_size, nheads_k, headdim\)"),
+    "block_table_int64": (dict(block_table=torch.zeros(2, 1, dtype=torch.int64), k=torch.randn(3, 16, 2, 16, dtype=BF16),
+                               v=torch.randn(3, 16, 2, 16, dtype=BF16)), TypeError, r"block_table must be int32"),
+    "block_table_dropout": (dict(block_table=torch.zeros(2, 1, dtype=torch.int32), dropout_p=0.1,
+                                 k=torch.randn(3, 16, 2, 16, dtype=BF16), v=torch.randn(3, 16, 2, 16, dtype=BF16)),
+                            ValueError, r"dropout_p must be 0 with block_table"),
+    "block_table_page_size": (dict(block_table=torch.zeros(2, 1, dtype=torch.int32),
+                                   k=torch.randn(3, 8, 2, 16, dtype=BF16), v=torch.randn(3, 8, 2, 16, dtype=BF16)),
+                              ValueError, r"page size \(k.shape\[1\]\) must be a multiple of 16"),
 }
 
 
