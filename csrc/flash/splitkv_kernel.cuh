@@ -2,8 +2,8 @@
 // one 16-row atom of packed query rows (the query heads of the KV head, GQA packing:
 // splitkv_schedule.cuh) against this split's key steps. Decode is bound by reading K and V, so the
 // kernel keeps as many bytes in flight as shared memory holds: each warp streams its own key steps
-// (steps warp, warp + kWarps, ...) through a ring of kStages K/V buffers with cp.async and never
-// waits on the other warps. Each warp keeps its own online softmax; at the end the warps' partial
+// (splitkv_schedule.cuh deals them) through a ring of kStages K/V buffers (splitkv_loaders.cuh)
+// and never waits on the other warps. Each warp keeps its own online softmax; at the end the warps' partial
 // results are merged through shared memory and written to out / lse (one split) or to the fp32
 // partials that the combine kernel merges (combine_kernel.cuh).
 #pragma once

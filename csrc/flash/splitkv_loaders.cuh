@@ -4,9 +4,10 @@
 // range. A warp calls issue(i, n0) for its steps in order, kStages - 1 ahead of wait(i), and
 // reads a slot only between wait(i) and the warp_sync after it.
 //   CpAsyncKvLoader: per-lane 16-byte cp.async copies (sm80 and later).
-//   BulkKvLoader: one bulk copy per row, completing on a per-slot mbarrier (Hopper). The SM's
-//     load/store path caps the cp.async requests in flight, and decode needs more bytes in flight
-//     than that cap allows with one CTA of 4 warps per SM (benchmarks/NOTES.md v6).
+//   BulkKvLoader: one bulk copy per K or V row, completing on a per-slot mbarrier (Hopper). A row
+//     costs one address computation (one block-table lookup when paged) instead of one per 16
+//     bytes: measured on H100 (benchmarks/NOTES.md v6), pages of 16 rows went from 0.66-0.84x to
+//     0.90-1.04x of the contiguous cache's speed, which itself did not change.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,6 @@
 // NVIDIA Hopper bulk asynchronous copies (the TMA engine without a tensor map): a contiguous
 // shared-memory range reduced into global memory, or a contiguous global range loaded into shared
 // memory, by one thread's instruction; loads complete on an mbarrier's transaction count.
-// Bulk loads keep many more bytes in flight per SM than per-thread cp.async, whose outstanding
-// requests are capped by the SM's load/store path (benchmarks/NOTES.md v6).
 #pragma once
 
 #include <cstdint>
