@@ -188,7 +188,7 @@ __device__ __forceinline__ void issue_first_steps(const Loader& loader,
                                                   int warp) {
   const int count = b.warp_step_count(warp);
   for (int i = 0; i < Cfg::kStages - 1 && i < count; ++i) {
-    loader.issue(i, b.warp_step_keys(warp, i));
+    loader.issue(i, b.warp_step_keys(warp, i, count));
     loader.commit();
   }
 }
@@ -202,12 +202,12 @@ __device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&a
   const int count = b.warp_step_count(warp);
   for (int i = 0; i < count; ++i) {
     const int ahead = i + Cfg::kStages - 1;
-    if (ahead < count) loader.issue(ahead, b.warp_step_keys(warp, ahead));
+    if (ahead < count) loader.issue(ahead, b.warp_step_keys(warp, ahead, count));
     loader.commit();
     loader.wait(i);  // step i has landed and is visible to the whole warp
     T* sK = loader.slot(i);
     attend_step<T, Cfg>(acc, softmax, sQ, sK, sK + Cfg::kWarpKeys * Cfg::kStride, b.mask, mods, queries, b.q,
-                        b.warp_step_keys(warp, i), scale_log2, lane);
+                        b.warp_step_keys(warp, i, count), scale_log2, lane);
     arch::warp_sync();  // every lane is done reading slot i before it is refilled
   }
 }
