@@ -8,8 +8,9 @@
 // split (j / kWarps) % num_splits, warp j % kWarps, so at any moment all CTAs of a (batch, KV head)
 // read neighbouring rows (whole DRAM pages, shared with the other KV heads' CTAs) and every split
 // has work whatever the cache lengths are. Each warp starts its walk at a round that depends on the
-// batch entry: caches of equal length lie at regular strides, and batch entries walking in step
-// hammered the same DRAM banks (benchmarks/NOTES.md v6).
+// batch entry, tried against DRAM bank conflicts between equally long caches: on H100 it measured
+// no effect either way (benchmarks/NOTES.md v6); it stays because every later measurement ran with
+// it, and can go at the next measured change.
 #pragma once
 
 #include "common.cuh"
