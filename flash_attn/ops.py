@@ -31,6 +31,8 @@ into k_cache / v_cache in place, which its schema declares (Tensor(a!)), so torc
 functionalizes it; cache_seqlens is always an int32 (batch,) tensor; head dims are multiples of 8.
 """
 
+import importlib.util
+
 import torch
 
 from . import reference, reference_kvcache
@@ -76,7 +78,12 @@ def has_cuda_kernels():
 
 
 def cuda_kernels_unavailable_reason():
-    return None if _cuda_extension is not None else f"flash_attn._C could not be imported: {_cuda_import_error}"
+    if _cuda_extension is not None:
+        return None
+    if importlib.util.find_spec("flash_attn._C") is None:
+        return ("flash_attn._C is not built: this install has no GPU extension (a CPU-only torch, "
+                "FLASH_ATTN_SKIP_CUDA_BUILD=1, or no nvcc at build time; see README, Set up and run)")
+    return f"flash_attn._C could not be imported: {_cuda_import_error}"
 
 
 def compiled_configs():
