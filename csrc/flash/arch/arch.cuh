@@ -3,7 +3,8 @@
 #pragma once
 
 #if defined(__HIP_PLATFORM_AMD__)
-#error "flash_attn: the AMD (CDNA) arch layer is not written yet; see hip/ and docs on the port"
+#include "cdna.cuh"
+#include "cdna_mfma.cuh"
 #else
 #include "sm80.cuh"
 #include "sm80_gemm.cuh"
