@@ -62,12 +62,7 @@ CUDA_ONLY_SPELLINGS = {
 
 # Spellings left outside the arch layer today, each with why it is wrong on AMD and the fix; the
 # tests require the leftovers to be exactly these, so a new one fails and a fixed one must go.
-KNOWN_LEFTOVERS = {
-    # `#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900` returns early from the kBulk instantiation
-    # below sm90; on AMD the macro is undefined, so the bulk-copy body would be compiled. Fix: a
-    # constant from the arch layer (NVIDIA: whether this __CUDA_ARCH__ has the bulk copies; CDNA: false).
-    "splitkv_kernel.cuh": {"__CUDA_ARCH__"},
-}
+KNOWN_LEFTOVERS = {}
 
 
 def _source_files(source_dir):

@@ -215,9 +215,9 @@ __device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&a
 // kBulk: Hopper bulk copies (BulkKvLoader), else cp.async (splitkv_loaders.cuh).
 template <typename T, typename Cfg, bool kPaged, bool kBulk>
 __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  if constexpr (kBulk) return;  // launched only where the bulk copies exist (launch_kvcache.cuh)
-#endif
+  if constexpr (kBulk) {
+    if (!arch::has_bulk_copies()) return;  // launched only where the bulk copies exist (launch_kvcache.cuh)
+  }
   extern __shared__ __align__(16) unsigned char smem[];
   const FwdParams& f = p.fwd;
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;

@@ -120,6 +120,9 @@ namespace arch {
 
 constexpr int kWarpSize = cdna::kWaveSize;
 
+// CDNA has no Hopper-style bulk copies: kernels with a bulk-copy variant return at once from it.
+__device__ __forceinline__ constexpr bool has_bulk_copies() { return false; }
+
 // LDS per workgroup on gfx90a and gfx942; more is a compile error, so tile configs check first.
 constexpr int kLdsBytesPerWorkgroup = 64 * 1024;
 

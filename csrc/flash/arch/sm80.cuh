@@ -18,6 +18,17 @@ namespace arch {
 
 constexpr int kWarpSize = 32;
 
+// Whether this device code has Hopper's bulk copies and mbarrier transaction counts (sm90_bulk.cuh):
+// kernels with a bulk-copy variant return at once where it is false (they are launched only where
+// it is true).
+__device__ __forceinline__ constexpr bool has_bulk_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return true;
+#else
+  return false;
+#endif
+}
+
 __device__ __forceinline__ uint32_t smem_address(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
