@@ -92,21 +92,8 @@ __device__ __forceinline__ void warp_gemm_ss(float (&c)[MT][NT][4], const T* a_t
 }
 
 // Accumulators of a 16 x 16*KS product, re-packed as A fragments of the next product
-// (P = softmax(S) feeding P.V): atoms 2ks and 2ks+1 of c form k-step ks of A.
-template <typename T, int MT, int KS>
-__device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[MT][KS][4], const float (&c)[MT][2 * KS][4]) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-      a[mt][ks][0] = pack_pair<T>(c[mt][2 * ks][0], c[mt][2 * ks][1]);
-      a[mt][ks][1] = pack_pair<T>(c[mt][2 * ks][2], c[mt][2 * ks][3]);
-      a[mt][ks][2] = pack_pair<T>(c[mt][2 * ks + 1][0], c[mt][2 * ks + 1][1]);
-      a[mt][ks][3] = pack_pair<T>(c[mt][2 * ks + 1][2], c[mt][2 * ks + 1][3]);
-    }
-}
-
-// The same with each value passed through f(value, mt, nt, r) on the way (e.g. dropout's mask).
+// (P = softmax(S) feeding P.V): atoms 2ks and 2ks+1 of c form k-step ks of A. Each value passes
+// through f(value, mt, nt, r) on the way (e.g. dropout's mask); the overload below passes it as is.
 template <typename T, int MT, int KS, typename F>
 __device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[MT][KS][4], const float (&c)[MT][2 * KS][4],
                                                             F f) {
@@ -120,6 +107,11 @@ __device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[MT][KS
         a[mt][ks][2 * half] = pack_pair<T>(f(c[mt][nt][0], mt, nt, 0), f(c[mt][nt][1], mt, nt, 1));
         a[mt][ks][2 * half + 1] = pack_pair<T>(f(c[mt][nt][2], mt, nt, 2), f(c[mt][nt][3], mt, nt, 3));
       }
+}
+
+template <typename T, int MT, int KS>
+__device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[MT][KS][4], const float (&c)[MT][2 * KS][4]) {
+  accumulators_to_a_fragments<T>(a, c, [](float value, int, int, int) { return value; });
 }
 
 // c (16*MT x 8*NT) += A (registers, 16*MT x 16*KS) * B[0..16*KS, n0..) from shared memory.
