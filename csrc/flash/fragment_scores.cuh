@@ -38,18 +38,19 @@ __device__ __forceinline__ void scores_to_logits(float (&scores)[MT][NT][4], con
 namespace flash {
 
 // The same for the split-KV kernel's one atom of packed query rows (splitkv_schedule.cuh), whose
-// two rows per thread can be different tokens of different heads: queries[h] and mods[h] belong
-// to accumulator rows acc_row(lane, 2h). col0 is the first key of the tile.
+// rows can be different tokens of different heads: queries[h] and mods[h] belong to row slot h
+// (arch::acc_row_slot). col0 is the first key of the tile.
 template <int NT>
 __device__ __forceinline__ void packed_scores_to_logits(float (&scores)[1][NT][4], const AttentionMask& mask,
-                                                        const ScoreMod (&mods)[2], const int (&queries)[2],
+                                                        const ScoreMod (&mods)[arch::kAccRows],
+                                                        const int (&queries)[arch::kAccRows],
                                                         bool needs_mask, int col0, int lane) {
   if (!needs_mask && !mods[0].active()) return;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const int h = r / 2, key = col0 + nt * arch::kAtomN + arch::acc_col(lane, r);
+      const int h = arch::acc_row_slot(r), key = col0 + nt * arch::kAtomN + arch::acc_col(lane, r);
       float& x = scores[0][nt][r];
       if (mods[h].active()) x = mods[h].logit(x, queries[h], key);
       if (needs_mask && !mask.visible(queries[h], key)) x = -INFINITY;

@@ -102,15 +102,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
     __syncthreads();  // every warp is done reading sV
   }
 
-  float row_lse[kMT][2];
+  float row_lse[kMT][arch::kAccRows];
   softmax.finalize(acc, p.logit_scale, dropout.keep_scale, row_lse);
   float* lse = qb.lse(p);
-  if (lane % 4 == 0) {
+  if (arch::is_row_leader(lane)) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = warp_m0 + mt * arch::kAtomM + arch::acc_row(lane, 2 * h);
+      for (int h = 0; h < arch::kAccRows; ++h) {
+        const int row = warp_m0 + mt * arch::kAtomM + arch::acc_row(lane, arch::acc_value(h, 0));
         if (row < rows_q) lse[row] = row_lse[mt][h];
       }
   }

@@ -65,7 +65,8 @@ __device__ __forceinline__ void load_packed_queries(T* sQ, const FwdParams& f, c
 template <typename T, typename Cfg>
 __device__ __forceinline__ void attend_step(float (&acc)[1][Cfg::kDT][4], OnlineSoftmax<1>& softmax, const T* sQ,
                                             const T* sK, const T* sV, const AttentionMask& mask,
-                                            const ScoreMod (&mods)[2], const int (&queries)[2],
+                                            const ScoreMod (&mods)[arch::kAccRows],
+                                            const int (&queries)[arch::kAccRows],
                                             const PackedQueryRows& q, int n0, float scale_log2, int lane) {
   float scores[1][Cfg::kNT][4];  // S: (16 packed rows x kWarpKeys keys)
   arch::zero_accumulators(scores);
@@ -105,10 +106,10 @@ __device__ __forceinline__ void merge_warps(const MergeBuffers<Cfg>& m, const fl
                                             const OnlineSoftmax<1>& softmax, float logit_scale, float logit_scale_log2,
                                             int warp, int lane, int tid) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float sum = arch::quad_sum(softmax.row_sum[0][h]);
-    const int row = arch::acc_row(lane, 2 * h);
-    if (lane % 4 == 0) {
+  for (int h = 0; h < arch::kAccRows; ++h) {
+    const float sum = arch::row_sum(softmax.row_sum[0][h]);
+    const int row = arch::acc_row(lane, arch::acc_value(h, 0));
+    if (arch::is_row_leader(lane)) {
       m.max[warp * Cfg::kRows + row] = softmax.row_max[0][h];
       m.sum[warp * Cfg::kRows + row] = sum;
     }
@@ -197,7 +198,8 @@ template <typename T, typename Cfg, typename Loader>
 __device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&acc)[1][Cfg::kDT][4],
                                                  OnlineSoftmax<1>& softmax, const T* sQ,
                                                  const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>& b,
-                                                 const ScoreMod (&mods)[2], const int (&queries)[2], float scale_log2,
+                                                 const ScoreMod (&mods)[arch::kAccRows],
+                                                 const int (&queries)[arch::kAccRows], float scale_log2,
                                                  int warp, int lane) {
   const int count = b.warp_step_count(warp);
   for (int i = 0; i < count; ++i) {
@@ -227,11 +229,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvPar
   uint64_t* barriers = reinterpret_cast<uint64_t*>(sQ + Cfg::kQElems + Cfg::kWarps * Cfg::kStages * Cfg::kStageElems) +
                        warp * Cfg::kStages;
 
-  int queries[2];
-  ScoreMod mods[2];
+  int queries[arch::kAccRows];
+  ScoreMod mods[arch::kAccRows];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = arch::acc_row(lane, 2 * h);
+  for (int h = 0; h < arch::kAccRows; ++h) {
+    const int r = arch::acc_row(lane, arch::acc_value(h, 0));
     queries[h] = b.q.token(r);
     mods[h] = ScoreMod::of(f, b.batch, b.q.head(r), b.mask.diagonal_offset());
   }

@@ -44,15 +44,18 @@
 //      MFMA accumulators are Shape::kAccRegs (16 or 4) fp32 per lane per square atom
 //      (Accumulator<Shape>). The kernels need the fragment type and the atom extents from arch
 //      (kAtomM = kAtomN = 32 or 16, kAtomK = 8 or 16), not the literals 4 / 16 / 8 / 16.
-//   2. Rows per thread. OnlineSoftmax keeps row_max / row_sum[MT][2] because a thread owns 2 rows
+//   2. Rows per thread. OnlineSoftmax kept row_max / row_sum[MT][2] because a thread owns 2 rows
 //      per atom (acc_row(lane, 2h), registers 2h and 2h+1) and reduces them over a quad (quad_max,
 //      quad_sum; `lane % 4 == 0` writes lse; splitkv's merge_warps the same). On CDNA the forward
 //      computes S^T = K.Q^T, as the backward already does: the query is the accumulator column, one
 //      per lane (L % kN) with all its keys in that lane's registers, so the per-row state becomes
 //      [NT] (per column atom), the reduction column_max / column_sum (1 xor-shuffle for 32x32, 2 for
 //      16x16), the lse writer `lane < kN`, and the O rescale one factor per lane and column atom.
-//      softmax.cuh needs an arch "owned rows" map (rows per thread, row of (lane, i), registers of
-//      row i) instead of the literal [2] and r / 2; the probe's ColumnSoftmax is the CDNA instance.
+//      Done on the NVIDIA side: softmax.cuh, the sm80 forward's epilogue and the split-KV kernel now
+//      read the "owned rows" map from the arch layer (kAccRows, kAccValuesPerRow, acc_value,
+//      acc_row_slot, row_max, row_sum, is_row_leader in sm80.cuh, PTX unchanged); the CDNA layer
+//      must define the same names for its layout (the probe's ColumnSoftmax is the CDNA instance).
+//      The backward (bwd_fragments.cuh) and the sm90 kernels still spell acc_row(lane, 2 * h).
 //   3. P as the next operand. accumulators_to_a_fragments re-packs S (two 16x8 C atoms) as the A
 //      operand of P.V. With MFMA, register group t (4 registers) of an S^T atom is exactly the B
 //      operand of k-step t of O^T = V^T.P^T (acc_b_step / acc_b_value, host-tested), so the second

@@ -227,6 +227,18 @@ __device__ __forceinline__ void release_store(int* counter, int value) {
 // Accumulator element r (0..3) of lane `lane` sits at row acc_row(lane, r), col acc_col(lane, r)
 // of its 16x8 tile.
 __device__ __forceinline__ int acc_row(int lane, int r) { return lane / 4 + 8 * (r / 2); }
+
+// The accumulator rows as the softmax sees them: per 16-row atom a thread owns kAccRows rows
+// (g and g + 8) with kAccValuesPerRow adjacent columns each; value j of row slot h is register
+// acc_value(h, j). The kAccLanesPerRow lanes of a quad share a row: row_max / row_sum reduce over
+// them and is_row_leader picks the one that writes per-row results (lse).
+constexpr int kAccRows = 2;
+constexpr int kAccValuesPerRow = 2;
+__device__ __forceinline__ constexpr int acc_value(int row_slot, int j) { return 2 * row_slot + j; }
+__device__ __forceinline__ constexpr int acc_row_slot(int r) { return r / 2; }
+__device__ __forceinline__ float row_max(float v) { return quad_max(v); }
+__device__ __forceinline__ float row_sum(float v) { return quad_sum(v); }
+__device__ __forceinline__ bool is_row_leader(int lane) { return lane % 4 == 0; }
 __device__ __forceinline__ int acc_col(int lane, int r) { return 2 * (lane % 4) + (r % 2); }
 
 }  // namespace arch
