@@ -235,13 +235,18 @@ def feature_defines():
     return [f"-DFLASH_ATTN_DISABLE_{name}" for name in FEATURE_FLAGS if _env(f"FLASH_ATTN_DISABLE_{name}") == "1"]
 
 
-def cuda_device_flags(defines):
-    flags = ["-O3", "--expt-relaxed-constexpr", *gencode_flags(), *defines]
+def _debug_flags(lineinfo_flag, verbose_flag):
+    """The compiler's spellings of FLASH_ATTN_LINEINFO=1 and FLASH_ATTN_PTXAS_VERBOSE=1."""
+    flags = []
     if _env("FLASH_ATTN_LINEINFO") == "1":
-        flags.append("-lineinfo")
+        flags.append(lineinfo_flag)
     if _env("FLASH_ATTN_PTXAS_VERBOSE") == "1":
-        flags.append("-Xptxas=-v")
+        flags.append(verbose_flag)
     return flags
+
+
+def cuda_device_flags(defines):
+    return ["-O3", "--expt-relaxed-constexpr", *gencode_flags(), *defines, *_debug_flags("-lineinfo", "-Xptxas=-v")]
 
 
 def gencode_flags():
@@ -259,12 +264,8 @@ def rocm_device_flags(defines):
     # No --expt-relaxed-constexpr: clang (hipcc) already lets device code call constexpr functions
     # and rejects nvcc's flag. Giving --offload-arch ourselves stops torch from choosing the targets
     # (from PYTORCH_ROCM_ARCH, else the GPUs visible at build time: none in a container build).
-    flags = ["-O3", *[f"--offload-arch={arch}" for arch in rocm_archs()], *defines]
-    if _env("FLASH_ATTN_LINEINFO") == "1":
-        flags.append("-gline-tables-only")
-    if _env("FLASH_ATTN_PTXAS_VERBOSE") == "1":
-        flags.append("-Rpass-analysis=kernel-resource-usage")
-    return flags
+    return ["-O3", *[f"--offload-arch={arch}" for arch in rocm_archs()], *defines,
+            *_debug_flags("-gline-tables-only", "-Rpass-analysis=kernel-resource-usage")]
 
 
 def rocm_archs():

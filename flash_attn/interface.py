@@ -7,20 +7,12 @@ run the exact chunked fp32 reference, which is correct but slow.
 """
 
 import torch
-import torch.nn.functional as F
 
 from . import ops  # noqa: F401 - importing it defines torch.ops.flash_attn.fwd / bwd
 from . import paged_prefill, validation
 from .attention_probs import dropout_attention_probs
+from .headdim import pad_headdim, padded_headdim
 from .reference import default_softmax_scale, normalize_window
-
-_HEADDIM_ALIGNMENT = 8  # the kernels move rows in 16-byte pieces
-
-
-def _pad_headdim(t, headdim_padded):
-    """Zeros appended to the head dim change no score and no output column."""
-    return t if t.shape[-1] == headdim_padded else F.pad(t, (0, headdim_padded - t.shape[-1]))
-
 
 def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                deterministic, return_attn_probs):
@@ -40,8 +32,8 @@ def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, s
         softmax_scale = default_softmax_scale(headdim)
     validation.check_softmax_scale(softmax_scale)
     window_left, window_right = normalize_window(window_size, causal, seqlen_k)
-    headdim_padded = -(-headdim // _HEADDIM_ALIGNMENT) * _HEADDIM_ALIGNMENT
-    q, k, v = (_pad_headdim(t, headdim_padded) for t in (q, k, v))
+    headdim_padded = padded_headdim(headdim)
+    q, k, v = (pad_headdim(t, headdim_padded) for t in (q, k, v))
     out, softmax_lse, rng_state = torch.ops.flash_attn.fwd(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(dropout_p), float(softmax_scale),
         window_left, window_right, float(softcap), alibi_slopes, deterministic)
@@ -67,8 +59,8 @@ def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         softmax_scale = default_softmax_scale(headdim)
     validation.check_softmax_scale(softmax_scale)
     window = normalize_window(window_size, causal, max_seqlen_k)
-    headdim_padded = -(-headdim // _HEADDIM_ALIGNMENT) * _HEADDIM_ALIGNMENT
-    q, k, v = (_pad_headdim(t, headdim_padded) for t in (q, k, v))
+    headdim_padded = padded_headdim(headdim)
+    q, k, v = (pad_headdim(t, headdim_padded) for t in (q, k, v))
     out, softmax_lse = paged_prefill.paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                           block_table.contiguous(), float(softmax_scale), window,
                                                           float(softcap), alibi_slopes)

@@ -6,14 +6,12 @@ contiguous or paged caches) and a combine kernel. CPU tensors run reference_kvca
 """
 
 import torch
-import torch.nn.functional as F
 
 from . import ops  # noqa: F401 - importing it defines torch.ops.flash_attn.fwd_kvcache
 from . import validation, validation_kvcache
+from .headdim import pad_headdim, padded_headdim
 from .reference import default_softmax_scale, normalize_window
 from .reference_kvcache import cache_capacity
-
-_HEADDIM_ALIGNMENT = 8  # the kernels move rows in 16-byte pieces
 
 
 def _cache_seqlens_tensor(cache_seqlens, batch, capacity, device):
@@ -23,10 +21,6 @@ def _cache_seqlens_tensor(cache_seqlens, batch, capacity, device):
     if isinstance(cache_seqlens, int):
         return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
     return cache_seqlens
-
-
-def _padded(t, headdim_padded):
-    return None if t is None or t.shape[-1] == headdim_padded else F.pad(t, (0, headdim_padded - t.shape[-1]))
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -67,10 +61,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin = (
         None if t is None else t.contiguous()
         for t in (cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin))
-    headdim_padded = -(-headdim // _HEADDIM_ALIGNMENT) * _HEADDIM_ALIGNMENT
-    padded = [_padded(t, headdim_padded) for t in (q, k_cache, v_cache, k, v)]
-    q_op, k_cache_op, v_cache_op, k_op, v_op = (p if p is not None else t
-                                                for p, t in zip(padded, (q, k_cache, v_cache, k, v)))
+    headdim_padded = padded_headdim(headdim)
+    q_op, k_cache_op, v_cache_op, k_op, v_op = (pad_headdim(t, headdim_padded) for t in (q, k_cache, v_cache, k, v))
     out, softmax_lse = torch.ops.flash_attn.fwd_kvcache(
         q_op, k_cache_op, v_cache_op, k_op, v_op, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, float(softmax_scale), window_left, window_right, float(softcap),

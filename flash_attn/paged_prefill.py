@@ -29,7 +29,7 @@ def _padded_rows(cu_seqlens_q, max_seqlen_q, total_q):
 
 def check_paged_varlen(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table,
                        dropout_p):
-    validation_kvcache.check_tensor("q", q, 3, "(total_q, nheads, headdim)")
+    validation.check_tensor("q", q, 3, "(total_q, nheads, headdim)")
     validation.check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q)
     batch = cu_seqlens_q.shape[0] - 1
     validation_kvcache.check_kvcache_tensors(q.unsqueeze(0), k_cache, v_cache, None, None, block_table,

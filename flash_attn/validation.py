@@ -83,30 +83,46 @@ def check_packed(name, tensor, rank, packed_dim, packed_size):
         )
 
 
+def check_tensor(name, t, rank, dims):
+    """t is a tensor of `rank` dims, described as `dims` in the error."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != rank:
+        raise ValueError(f"flash_attn: {name} must have {rank} dims {dims}, got shape {tuple(t.shape)}")
+
+
+def check_last_dim_contiguous(name, t):
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        raise ValueError(f"flash_attn: {name} must have a contiguous last dimension (stride 1), got {t.stride()}")
+
+
+def check_like_q(name, t, q):
+    """t on q's device, in q's dtype, with a contiguous last dim."""
+    if t.device != q.device:
+        raise ValueError(f"flash_attn: {name} is on {t.device} but q is on {q.device}; put them on one device")
+    if t.dtype != q.dtype:
+        raise TypeError(f"flash_attn: {name} has dtype {t.dtype} but q has {q.dtype}; use one dtype")
+    check_last_dim_contiguous(name, t)
+
+
 def check_qkv(q, k, v, varlen=False):
     """q (b, sq, h, d), k and v (b, sk, hk, d) on one device, one supported dtype, h % hk == 0;
     varlen: q (total_q, h, d), k and v (total_k, hk, d)."""
     rank, dims = (3, "(total_tokens, nheads, headdim)") if varlen else (4, "(batch, seqlen, nheads, headdim)")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != rank:
-            raise ValueError(f"flash_attn: {name} must have {rank} dims {dims}, got shape {tuple(t.shape)}")
-    for name, t in (("k", k), ("v", v)):
-        if t.device != q.device:
-            raise ValueError(f"flash_attn: {name} is on {t.device} but q is on {q.device}; put them on one device")
+        check_tensor(name, t, rank, dims)
     if q.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"flash_attn: q has dtype {q.dtype}; supported dtypes are float16 and bfloat16")
+    check_last_dim_contiguous("q", q)
     for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"flash_attn: {name} has dtype {t.dtype} but q has {q.dtype}; use one dtype")
+        check_like_q(name, t, q)
     nheads, headdim = q.shape[-2:]
     if k.shape != v.shape:
         raise ValueError(f"flash_attn: k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
     if not varlen and k.shape[0] != q.shape[0]:
         raise ValueError(f"flash_attn: k has batch {k.shape[0]} but q has batch {q.shape[0]}")
     if k.shape[-1] != headdim:
-        raise ValueError(f"flash_attn: k and v have headdim {k.shape[3]} but q has headdim {headdim}")
+        raise ValueError(f"flash_attn: k and v have headdim {k.shape[-1]} but q has headdim {headdim}")
     if headdim > MAX_HEADDIM or headdim < 1:
         raise ValueError(f"flash_attn: headdim {headdim} is not supported; it must be between 1 and {MAX_HEADDIM}")
     nheads_k = k.shape[-2]
@@ -114,9 +130,6 @@ def check_qkv(q, k, v, varlen=False):
         raise ValueError(
             f"flash_attn: nheads of q ({nheads}) must be a multiple of nheads of k/v ({nheads_k})"
         )
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.stride(-1) != 1 and t.shape[-1] > 1:
-            raise ValueError(f"flash_attn: {name} must have a contiguous last dimension (stride 1), got {t.stride()}")
     if q.is_cuda and not torch.compiler.is_compiling():
         check_cuda_capability(q.device)
 

@@ -4,25 +4,10 @@ kernels clamp them so that no value makes them touch memory outside the cache.""
 
 import torch
 
-from .validation import MAX_HEADDIM, SUPPORTED_DTYPES, check_cuda_capability
+from .validation import (MAX_HEADDIM, SUPPORTED_DTYPES, check_cuda_capability, check_last_dim_contiguous,
+                         check_like_q, check_tensor)
 
 PAGE_MULTIPLE = 16
-
-
-def check_tensor(name, t, rank, dims):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != rank:
-        raise ValueError(f"flash_attn: {name} must have {rank} dims {dims}, got shape {tuple(t.shape)}")
-
-
-def _check_like_q(name, t, q):
-    if t.device != q.device:
-        raise ValueError(f"flash_attn: {name} is on {t.device} but q is on {q.device}; put them on one device")
-    if t.dtype != q.dtype:
-        raise TypeError(f"flash_attn: {name} has dtype {t.dtype} but q has {q.dtype}; use one dtype")
-    if t.stride(-1) != 1 and t.shape[-1] > 1:
-        raise ValueError(f"flash_attn: {name} must have a contiguous last dimension (stride 1), got {t.stride()}")
 
 
 def check_kvcache_tensors(q, k_cache, v_cache, k, v, block_table, cache_names=("k_cache", "v_cache")):
@@ -36,10 +21,9 @@ def check_kvcache_tensors(q, k_cache, v_cache, k, v, block_table, cache_names=("
     check_tensor(v_name, v_cache, 4, cache_dims)
     if q.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"flash_attn: q has dtype {q.dtype}; supported dtypes are float16 and bfloat16")
-    if q.stride(-1) != 1 and q.shape[-1] > 1:
-        raise ValueError(f"flash_attn: q must have a contiguous last dimension (stride 1), got {q.stride()}")
-    _check_like_q(k_name, k_cache, q)
-    _check_like_q(v_name, v_cache, q)
+    check_last_dim_contiguous("q", q)
+    check_like_q(k_name, k_cache, q)
+    check_like_q(v_name, v_cache, q)
     if k_cache.shape != v_cache.shape:
         raise ValueError(f"flash_attn: {k_name} and {v_name} must have one shape, got {tuple(k_cache.shape)} and "
                          f"{tuple(v_cache.shape)}")
@@ -55,7 +39,7 @@ def check_kvcache_tensors(q, k_cache, v_cache, k, v, block_table, cache_names=("
     if k is not None:
         for name, t in (("k", k), ("v", v)):
             check_tensor(name, t, 4, "(batch, seqlen_new, nheads_k, headdim)")
-            _check_like_q(name, t, q)
+            check_like_q(name, t, q)
             if t.shape[0] != q.shape[0] or t.shape[2] != nheads_k or t.shape[3] != headdim:
                 raise ValueError(f"flash_attn: {name} must have shape (batch, seqlen_new, nheads_k, headdim) = "
                                  f"({q.shape[0]}, seqlen_new, {nheads_k}, {headdim}), got {tuple(t.shape)}")
