@@ -3,7 +3,8 @@
 // warpgroups, each owning 64 of the keys. Per block of kBlockM queries, each warpgroup:
 //   1. S^T = K.Q^T, dP^T = V.dO^T        (64 keys x kBlockM, A and B from shared memory)
 //      P^T = exp(logits^T - lse), dS^T = P^T * (dP^T - dsum) * scale, in registers (logits with
-//      the score modifiers and mask; dropout's keep bits on the dV operand P^T and on dP^T)
+//      the score modifiers and mask; dropout's keep bits, drawn while the MMAs run, on the dV
+//      operand P^T and on dP^T)
 //   2. dV += P^T.dO, dK += dS^T.Q        (64 keys x hd; A = P^T / dS^T straight from registers,
 //                                         which is what the sm80 kernel cannot do with its grids)
 //      issued so that the exponentials run under the dP^T wgmmas and dS^T under the dV ones
@@ -235,7 +236,6 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     arch::cp_async_wait<Cfg::kStages - 2>();
     arch::fence_proxy_async();
     __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
-    if (tid == 0 && m_block > m_first) reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m0 - kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, m_block - 1));
     {  // the stage of the previous block, which every warp is done with, loads block m + kStages - 1
       const int next = m_block + Cfg::kStages - 1;
       if (next <= m_last)
@@ -251,15 +251,22 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     float scores_t[1][kScoreNT][4];  // S^T, then P^T: this warp's 16 keys x kBlockM queries
     float dprobs_t[1][kScoreNT][4];  // dP^T, then dS^T
     issue_scores_and_dprobs_sm90<T, Cfg>(scores_t, dprobs_t, sK, sV, stage, group_key0);
+    // The previous block's dQ tile goes out while these MMAs run: with deterministic=True the
+    // wait for this key block's turn and for the add's completion then stalls warpgroup 0 only
+    // where it would wait for its S^T anyway (issued before the MMAs, it stalled their issue).
+    if (tid == 0 && m_block > m_first)
+      reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m0 - kBlockM,
+                          kb.template dq_turn</*kDeterministic=*/true>(p, m_block - 1));
+    // Dropout's keep bits do not depend on S^T: drawn here, while the S^T and dP^T MMAs run.
+    KeepBits<1, kScoreNT> keep;
+    if (dropout.enabled) keep = keep_bits_bwd<1, kScoreNT>(dropout, n0 + warp_key0, m0, lane);
     arch::wgmma_wait<1>();  // S^T is done; dP^T may still run
     arch::wgmma_fence_operand(scores_t[0]);
     scores_to_logits</*kRowsAreKeys=*/true>(scores_t, mask, mod, !mask.block_fully_visible(m0, kBlockM, n0, kBlockN),
                                             n0 + warp_key0, m0, lane);
     probs_from_logits(scores_t, stage.lse, 0, p.fwd, lane);
     uint32_t probs_a[1][kBlockM / 16][4];  // P^T with dropout applied, the A operand of dV
-    KeepBits<1, kScoreNT> keep;
     if (dropout.enabled) {
-      keep = keep_bits_bwd<1, kScoreNT>(dropout, n0 + warp_key0, m0, lane);
       arch::accumulators_to_a_fragments<T>(probs_a, scores_t, [&](float prob, int mt, int nt, int r) {
         return keep.kept(mt, nt, r) ? prob * dropout.keep_scale : 0.f;
       });

@@ -106,9 +106,31 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int c) {
   return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
 }
 
+// Keep bits of a warp's fragment, one bit per element: bit (mt * NT + nt) * 4 + r of `words` is
+// element r of accumulator tile (mt, nt).
+template <int MT, int NT>
+struct KeepBits {
+  static constexpr int kWords = (MT * NT * 4 + 31) / 32;
+  uint32_t words[kWords];
+
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) words[w] = 0u;
+  }
+  __device__ __forceinline__ void set(int mt, int nt, int r) {
+    const int bit = (mt * NT + nt) * 4 + r;
+    words[bit / 32] |= 1u << (bit % 32);
+  }
+  __device__ __forceinline__ bool kept(int mt, int nt, int r) const {
+    const int bit = (mt * NT + nt) * 4 + r;
+    return (words[bit / 32] >> (bit % 32)) & 1u;
+  }
+};
+
 // Forward: zeroes the dropped probabilities of a (16*MT queries x 8*NT keys) fragment whose first
 // row is row0 (a multiple of 16) and first column col0 (a multiple of 32); kept ones stay unscaled
-// (the output is scaled by keep_scale once, at the end).
+// (the output is scaled by keep_scale once, at the end). For kernels whose MMAs are synchronous
+// (sm80): the bits are used as they are drawn, with no bit mask in between.
 template <int MT, int NT>
 __device__ __forceinline__ void drop_probs_fwd(float (&probs)[MT][NT][4], const Dropout& d, int row0, int col0,
                                                int lane) {
@@ -127,50 +149,78 @@ __device__ __forceinline__ void drop_probs_fwd(float (&probs)[MT][NT][4], const 
     }
 }
 
-// Backward: the keep bits of a (16*MT keys x 8*NT queries) S^T fragment whose first row is key0 (a
-// multiple of 16) and first column query0 (a multiple of 16), one bit per element, bit
-// (mt * NT + nt) * 4 + r of the returned words.
+// Forward, for kernels with asynchronous MMAs (sm90): the keep bits of the same fragment as
+// drop_probs_fwd, as a bit mask. They do not depend on the scores, so the kernel draws them while
+// its S MMAs run (Philox is ~60 integer instructions per 16 scores, as much issue time as the
+// softmax itself) and applies them with drop_probs.
 template <int MT, int NT>
-struct KeepBits {
-  static constexpr int kWords = (MT * NT * 4 + 31) / 32;
-  uint32_t words[kWords];
+__device__ __forceinline__ KeepBits<MT, NT> keep_bits_fwd(const Dropout& d, int row0, int col0, int lane) {
+  static_assert(NT % 4 == 0, "whole 32-key dropout tiles");
+  KeepBits<MT, NT> bits;
+  bits.clear();
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int tile = 0; tile < NT / 4; ++tile) {
+      const uint4 bytes =
+          d.tile_bytes(row0 / kDropoutTileQueries + mt, col0 / kDropoutTileKeys + tile, lane);
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          if (d.keeps(word_of(bytes, c), r)) bits.set(mt, 4 * tile + c, r);
+    }
+  return bits;
+}
 
-  __device__ __forceinline__ bool kept(int mt, int nt, int r) const {
-    const int bit = (mt * NT + nt) * 4 + r;
-    return (words[bit / 32] >> (bit % 32)) & 1u;
-  }
-};
+// Zeroes the probabilities whose keep bit is clear (kept ones stay unscaled).
+template <int MT, int NT>
+__device__ __forceinline__ void drop_probs(float (&probs)[MT][NT][4], const KeepBits<MT, NT>& keep) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        if (!keep.kept(mt, nt, r)) probs[mt][nt][r] = 0.f;
+}
 
+// Backward: the keep bits of a (16*MT keys x 8*NT queries) S^T fragment whose first row is key0 (a
+// multiple of 16) and first column query0 (a multiple of 16).
+// Lane (g, t) = (lane / 4, lane % 4) holds keys g, g + 8 and queries 2t + e (e = 0, 1) of each
+// 16 x 8 tile: per 16 x 16 block its 8 bytes come from the two Philox calls of virtual lanes
+// 4 (2t + e) + g / 2, bytes 2h + g % 2 (h the query half) of the two words of its 16 keys. Lane
+// g ^ 1 (lane ^ 4) needs the same two calls, bytes 2h + (g ^ 1) % 2: so each lane of the pair draws
+// one call (e = g % 2) and hands the partner the partner's 4 bytes of it with one shuffle, one
+// Philox call per 8 elements instead of two.
 template <int MT, int NT>
 __device__ __forceinline__ KeepBits<MT, NT> keep_bits_bwd(const Dropout& d, int key0, int query0, int lane) {
   static_assert(NT % 2 == 0, "whole 16-query dropout tiles");
   KeepBits<MT, NT> bits;
-#pragma unroll
-  for (int w = 0; w < KeepBits<MT, NT>::kWords; ++w) bits.words[w] = 0u;
-  const int g = lane / 4, t = lane % 4;
+  bits.clear();
+  const int g = lane / 4, t = lane % 4, parity = g % 2;
+  // Packed byte 2 * hk + h of a pair of words (keys g + 8 hk, query half h): bytes 2h + parity.
+  const uint32_t mine_selector = parity ? 0x7531u : 0x6420u, partner_selector = parity ? 0x6420u : 0x7531u;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
-    const int key_block = key0 + mt * 16;            // keys key_block + g + 8 * h'
+    const int key_block = key0 + mt * 16;
     const int key_tile = key_block / kDropoutTileKeys;
-    const int word0 = (key_block % kDropoutTileKeys) / 8;  // word of key g; key g + 8 is the next
+    const int word0 = (key_block % kDropoutTileKeys) / 8;  // word of keys g; keys g + 8 are the next
 #pragma unroll
     for (int u = 0; u < NT / 2; ++u) {
       const int query_tile = query0 / kDropoutTileQueries + u;
-      // queries with i % 8 = 2t + e' come from virtual lane 4 * (2t + e') + g / 2
-      const uint4 even = d.tile_bytes(query_tile, key_tile, 4 * (2 * t) + g / 2);
-      const uint4 odd = d.tile_bytes(query_tile, key_tile, 4 * (2 * t + 1) + g / 2);
+      const uint4 bytes = d.tile_bytes(query_tile, key_tile, 4 * (2 * t + parity) + g / 2);
+      const uint32_t low = word_of(bytes, word0), high = word_of(bytes, word0 + 1);
+      const uint32_t mine = arch::byte_perm(low, high, mine_selector);
+      const uint32_t from_partner = arch::shuffle_xor(arch::byte_perm(low, high, partner_selector), 4);
+      const uint32_t even = parity ? from_partner : mine, odd = parity ? mine : from_partner;
 #pragma unroll
       for (int h = 0; h < 2; ++h)          // query half of the tile: nt = 2u + h
 #pragma unroll
         for (int hk = 0; hk < 2; ++hk)     // key g or g + 8
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {    // query parity
-            const uint32_t word = word_of(e == 0 ? even : odd, word0 + hk);
-            if (d.keeps(word, 2 * h + g % 2)) {
-              const int bit = (mt * NT + 2 * u + h) * 4 + 2 * hk + e;
-              bits.words[bit / 32] |= 1u << (bit % 32);
-            }
-          }
+          for (int e = 0; e < 2; ++e)      // query parity
+            if (d.keeps(e == 0 ? even : odd, 2 * hk + h)) bits.set(mt, 2 * u + h, 2 * hk + e);
     }
   }
   return bits;

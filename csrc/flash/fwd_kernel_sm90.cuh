@@ -5,8 +5,9 @@
 //   1. retires P.V[i-2], rescales O and converts P[i-1] to the A-fragment layout
 //   2. issues S[i] = Q.K[i]^T                (64 queries x kBlockN, A and B from shared memory)
 //   3. issues O += P[i-1].V[i-1]              (A = P in registers)
-//   4. waits for S[i] only, and runs the logits (score modifiers, mask), the online softmax and
-//      dropout of block i while step 3 still runs on the tensor core.
+//   4. draws dropout's keep bits of block i (they do not depend on S) while S[i] runs, then waits
+//      for S[i] only, and runs the logits (score modifiers, mask), the online softmax and dropout
+//      of block i while step 3 still runs on the tensor core.
 // So the exponentials of one block overlap the P.V MMAs of the previous one, and P never leaves
 // registers. K has two shared-memory slots and V three; block i + 1's K and block i's V load
 // (cp.async) while block i's MMAs run. Shared memory uses the 128-byte swizzled layout of
@@ -168,13 +169,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
     load_kv_tile_sm90<Cfg>(s.v(i % 3), v, p.v.row_stride, n_block, seqlen_k, headdim, tid);
     arch::cp_async_commit();
 
+    // Dropout's keep bits do not depend on S: drawn here, while S's MMAs run.
+    KeepBits<1, kScoreNT> keep;
+    if (dropout.enabled) keep = keep_bits_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     arch::wgmma_wait<kFirst ? 0 : 1>();  // S is done; P.V[i-1] may still run, under the softmax
     arch::wgmma_fence_operand(scores[0]);
     const int n0 = n_block * kBlockN;
     scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod, !mask.block_fully_visible(m0, rows_q, n0, kBlockN),
                                              m0 + warp_row0, n0, lane);
     softmax.update_probs(scores, p.logit_scale_log2, rescale);
-    if (dropout.enabled) drop_probs_fwd(scores, dropout, m0 + warp_row0, n0, lane);
+    if (dropout.enabled) drop_probs(scores, keep);
     arch::wgmma_fence_operand(scores[0]);
   };
   step(std::true_type{}, 0);

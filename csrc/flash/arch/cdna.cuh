@@ -28,7 +28,7 @@
 //                       because a kernel must say which atom its fragments come from.
 //   warp_sync           wave barrier with LDS fences.
 //   exp2_approx, log2_approx, reciprocal_approx   v_exp_f32, v_log_f32, v_rcp_f32.
-//   mul_hi_lo, atomic_add_pair, wait_until_equal, release_store   same meaning (no vector fp32
+//   mul_hi_lo, byte_perm, atomic_add_pair, wait_until_equal, release_store   same meaning (no vector fp32
 //                       atomic: two atomicAdd; agent-scope acquire / release atomics).
 //   smem_address        not needed: LDS pointers are 32-bit address space 3 pointers.
 //   warp_gemm_ss / _rs, accumulators_to_a_fragments, store_accumulators, Layout, BLayout,
@@ -201,6 +201,10 @@ __device__ __forceinline__ float shuffle_xor(float value, int lane_mask) {
   return __shfl_xor(value, lane_mask, kWarpSize);
 }
 
+__device__ __forceinline__ uint32_t shuffle_xor(uint32_t value, int lane_mask) {
+  return __shfl_xor(value, lane_mask, kWarpSize);
+}
+
 // Max / sum over the lanes that agree with this one in lane % kStride (lane, lane ^ kStride, ...).
 template <int kStride>
 __device__ __forceinline__ float lane_group_max(float v) {
@@ -252,6 +256,11 @@ __device__ __forceinline__ float reciprocal_approx(float x) { return __builtin_a
 __device__ __forceinline__ uint32_t mul_hi_lo(uint32_t a, uint32_t b, uint32_t& lo) {
   lo = a * b;
   return __umulhi(a, b);
+}
+
+// Byte k of the result is byte (selector >> 4k) & 7 of the 8 bytes {low, high} (v_perm_b32).
+__device__ __forceinline__ uint32_t byte_perm(uint32_t low, uint32_t high, uint32_t selector) {
+  return __byte_perm(low, high, selector);
 }
 
 // dst[0] += a, dst[1] += b. CDNA has no packed fp32 atomic add: two scalar ones (hardware atomics

@@ -147,6 +147,10 @@ __device__ __forceinline__ float shuffle_xor(float value, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, value, lane_mask);
 }
 
+__device__ __forceinline__ uint32_t shuffle_xor(uint32_t value, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, value, lane_mask);
+}
+
 // The 4 lanes of a quad (same g) hold one accumulator row: reduce across them.
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, shuffle_xor(v, 1));
@@ -199,6 +203,11 @@ __device__ __forceinline__ float reciprocal_approx(float x) {
 __device__ __forceinline__ uint32_t mul_hi_lo(uint32_t a, uint32_t b, uint32_t& lo) {
   lo = a * b;
   return __umulhi(a, b);
+}
+
+// Byte k of the result is byte (selector >> 4k) & 7 of the 8 bytes {low, high} (PRMT).
+__device__ __forceinline__ uint32_t byte_perm(uint32_t low, uint32_t high, uint32_t selector) {
+  return __byte_perm(low, high, selector);
 }
 
 // dst[0] += a, dst[1] += b; dst 8-byte aligned. One vector reduction on sm90, two scalar before.
