@@ -94,6 +94,8 @@ flash::BwdParams make_params(const Problem& pb, const Buffers& b) {
   p.dq = view(b.dq);
   p.dq_accum = b.dq_accum;
   p.dq_accum_head_rows = flash::dq_accum_rows_per_head(false, pb.batch, pb.seqlen, 0);
+  p.dq_slices = 1;
+  p.dq_slice_stride = pb.heads * p.dq_accum_head_rows * pb.headdim;
   p.dsum = b.dsum;
   return p;
 }

@@ -91,22 +91,27 @@ __device__ __forceinline__ void drop_probs_bwd(float (&probs_t)[MT][NT][4], cons
 }
 
 // Adds a warp's dQ fragment (rows row0.. of the query block at m0, head-dim columns col0..) into
-// dq_accum with atomics. No bounds checks: dq_accum has whole query blocks and kHeadDim columns.
+// the dq_accum slice at `accum` with atomics, or stores it there (`overwrite`: the first turn of a
+// deterministic slice, dq_order.cuh). No bounds checks: dq_accum has whole query blocks and
+// kHeadDim columns.
 template <int kHeadDim, int MT, int NT>
-__device__ __forceinline__ void add_dq_fragment(const float (&dq)[MT][NT][4], const BwdParams& p,
-                                                const SequenceView& seq, int head, int m0, int row0, int col0,
-                                                int lane) {
+__device__ __forceinline__ void add_dq_fragment(const float (&dq)[MT][NT][4], const BwdParams& p, float* accum,
+                                                bool overwrite, const SequenceView& seq, int head, int m0, int row0,
+                                                int col0, int lane) {
   using Layout = DqAccum<kHeadDim>;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = m0 + row0 + mt * arch::kAtomM + arch::acc_row(lane, 2 * h);
-      float* dq_row = p.dq_accum + Layout::row_offset(p, seq, head, row);
+      float* dq_row = accum + Layout::row_offset(p, seq, head, row);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const int col = col0 + nt * arch::kAtomN + arch::acc_col(lane, 0);
-        arch::atomic_add_pair(dq_row + Layout::col_offset(row, col), dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]);
+        float* dst = dq_row + Layout::col_offset(row, col0 + nt * arch::kAtomN + arch::acc_col(lane, 0));
+        if (overwrite)
+          *reinterpret_cast<float2*>(dst) = float2{dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]};
+        else
+          arch::atomic_add_pair(dst, dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]);
       }
     }
 }

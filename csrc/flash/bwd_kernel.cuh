@@ -125,8 +125,9 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
 
 // Phase 3: dQ (queries x head dim) of this warp's tile, added into the float32 buffer.
 template <typename T, typename Cfg>
-__device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const BwdParams& p, const SequenceView& seq,
-                                              int head, int m0, int warp, int lane) {
+__device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const BwdParams& p, float* accum,
+                                              bool overwrite, const SequenceView& seq, int head, int m0, int warp,
+                                              int lane) {
   using Grid = typename Cfg::DqGrid;
   constexpr int kMT = Grid::kMT, kNT = Grid::kNT;
   const int query0 = Grid::row0(warp), dim0 = Grid::col0(warp);
@@ -134,7 +135,7 @@ __device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const 
   arch::zero_accumulators(dq);
   arch::warp_gemm_ss<kMT, kNT, Cfg::kBlockN / arch::kAtomK, arch::Layout::kColMajorKM, arch::BLayout::kKN>(
       dq, sdSt, Cfg::kScoreStride, query0, sK, Cfg::kStride, dim0, lane);
-  add_dq_fragment<Cfg::kHeadDim>(dq, p, seq, head, m0, query0, dim0, lane);
+  add_dq_fragment<Cfg::kHeadDim>(dq, p, accum, overwrite, seq, head, m0, query0, dim0, lane);
 }
 
 // kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
       if (tid == 0) turn.wait();
       __syncthreads();
     }
-    accumulate_dq<T, Cfg>(sdSt, sK, p, kb.seq, head, m0, warp, lane);
+    accumulate_dq<T, Cfg>(sdSt, sK, p, turn.accum(p), turn.writes(), kb.seq, head, m0, warp, lane);
     if (turn.counter != nullptr) {
       __threadfence();
       __syncthreads();

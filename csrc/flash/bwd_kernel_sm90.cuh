@@ -170,14 +170,18 @@ __device__ __forceinline__ void store_dq_sm90(float* sdQ, const float (&dq)[1][N
 }
 
 // dq_accum tile of the query block at m0 += sdQ: one bulk reduction, issued by one thread.
-// Deterministic (turn.counter set): after the earlier key blocks' adds, and complete before the
-// next block's turn, which serializes this thread on the reduction's completion.
+// Deterministic (turn.counter set): into the turn's slice (its first turn writes the tile), after
+// the earlier key blocks' adds, and complete before the next block's turn, which serializes this
+// thread on the reduction's completion.
 template <typename Cfg, typename Turn>
 __device__ __forceinline__ void reduce_dq_tile(const BwdParams& p, const float* sdQ, const SequenceView& seq, int head,
                                                int m0, const Turn& turn) {
   turn.wait();
-  arch::bulk_reduce_add_f32(p.dq_accum + DqAccum<Cfg::kHeadDim>::row_offset(p, seq, head, m0), sdQ,
-                            Cfg::kDqTileBytes);
+  float* tile = turn.accum(p) + DqAccum<Cfg::kHeadDim>::row_offset(p, seq, head, m0);
+  if (turn.writes())
+    arch::bulk_store(tile, sdQ, Cfg::kDqTileBytes);
+  else
+    arch::bulk_reduce_add_f32(tile, sdQ, Cfg::kDqTileBytes);
   arch::bulk_commit();
   if (turn.counter != nullptr) {
     arch::bulk_wait_complete<0>();

@@ -7,11 +7,13 @@
 // by (row within the sequence) % 8 (unit v stored at v ^ (row % 8)): every row of such a tile
 // starts at the same bank, and by the bank arithmetic the swizzle spreads a warp's fragment stores
 // (8 rows x 32 bytes) over all banks, 2 wavefronts instead of 8 (not isolated in a profile).
-// kHeadDim is a multiple of 32, so the swizzle stays inside the row. The op zeroes the buffer.
+// kHeadDim is a multiple of 32, so the swizzle stays inside the row. The launcher zeroes the
+// buffer, except with deterministic=True (dq_order.cuh: a slice's first add writes its tile).
 #pragma once
 
 #include "arch/arch.cuh"
 #include "common.cuh"
+#include "dq_order.cuh"
 #include "params.h"
 #include "sequence.cuh"
 
@@ -33,7 +35,8 @@ struct DqAccum {
 };
 
 // dq[b, i, h, :headdim] = dq_accum row (b, h, i), converted to T. One thread per 4 columns; rows
-// (b, h, i < seqlen_q of the grid), those past a sequence's own length skipped.
+// (b, h, i < seqlen_q of the grid), those past a sequence's own length skipped. Deterministic: the
+// sum of the slices whose counter for the row is not 0, in slice order (dq_order.cuh).
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(256) convert_dq_kernel(const BwdParams p) {
   constexpr int kUnits = kHeadDim / 4;
@@ -47,8 +50,18 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const BwdParams p) {
   const int batch = static_cast<int>(row_id / (static_cast<int64_t>(shape.seqlen_q) * shape.heads));
   const SequenceView seq = SequenceView::of(p.fwd, batch);
   if (row >= seq.seqlen_q) return;
-  const float* dq_row = p.dq_accum + DqAccum<kHeadDim>::row_offset(p, seq, head, row);
-  const float4 v = *reinterpret_cast<const float4*>(dq_row + DqAccum<kHeadDim>::col_offset(row, 4 * unit));
+  const int64_t offset = DqAccum<kHeadDim>::row_offset(p, seq, head, row) + DqAccum<kHeadDim>::col_offset(row, 4 * unit);
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int slice = 0; slice < p.dq_slices; ++slice) {
+    if (p.dq_semaphore != nullptr &&
+        p.dq_semaphore[dq_counter_index(shape, slice, batch, head, row / kMinBwdBlockM)] == 0)
+      continue;  // no key block added into this slice's rows
+    const float4 part = *reinterpret_cast<const float4*>(p.dq_accum + slice * p.dq_slice_stride + offset);
+    v.x += part.x;
+    v.y += part.y;
+    v.z += part.z;
+    v.w += part.w;
+  }
   uint2 packed;
   packed.x = arch::pack_pair<T>(v.x, v.y);
   packed.y = arch::pack_pair<T>(v.z, v.w);

@@ -25,19 +25,31 @@ namespace flash {
 constexpr int kDropoutTileQueries = 16;
 constexpr int kDropoutTileKeys = 32;
 
-__device__ __forceinline__ uint4 philox4x32_10(uint4 counter, uint32_t key0, uint32_t key1) {
+// N independent Philox4x32-10 calls in lockstep: the round keys (key + round * Weyl constant) are
+// computed once per round for all N, and the N chains interleave.
+template <int N>
+__device__ __forceinline__ void philox4x32_10(uint4 (&counters)[N], uint32_t key0, uint32_t key1) {
   constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
 #pragma unroll
   for (int round = 0; round < 10; ++round) {
-    uint32_t lo0, lo1;
-    const uint32_t hi0 = arch::mul_hi_lo(kMul0, counter.x, lo0);
-    const uint32_t hi1 = arch::mul_hi_lo(kMul1, counter.z, lo1);
-    counter = make_uint4(hi1 ^ counter.y ^ key0, lo1, hi0 ^ counter.w ^ key1, lo0);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      uint4& c = counters[i];
+      uint32_t lo0, lo1;
+      const uint32_t hi0 = arch::mul_hi_lo(kMul0, c.x, lo0);
+      const uint32_t hi1 = arch::mul_hi_lo(kMul1, c.z, lo1);
+      c = make_uint4(hi1 ^ c.y ^ key0, lo1, hi0 ^ c.w ^ key1, lo0);
+    }
     key0 += kWeyl0;
     key1 += kWeyl1;
   }
-  return counter;
+}
+
+__device__ __forceinline__ uint4 philox4x32_10(uint4 counter, uint32_t key0, uint32_t key1) {
+  uint4 one[1] = {counter};
+  philox4x32_10(one, key0, key1);
+  return one[0];
 }
 
 // The per-(batch, head) part of the generator: key and the counter's high half.
@@ -68,13 +80,19 @@ struct Dropout {
   // No dropout: what the kernels' plain variants use, known at compile time.
   __device__ __forceinline__ static Dropout none() { return Dropout{0u, 0u, 0u, 0u, 256u, 1.f, false}; }
 
-  // The 16 bytes of virtual lane `vlane` in the dropout tile holding query query_tile * 16 and key
-  // key_tile * 32.
+  // The Philox counter of virtual lane `vlane` in the dropout tile holding query query_tile * 16
+  // and key key_tile * 32; the call gives its 16 bytes.
+  __device__ __forceinline__ uint4 tile_counter(int query_tile, int key_tile, int vlane) const {
+    return make_uint4(static_cast<uint32_t>(key_tile),
+                      static_cast<uint32_t>(query_tile) * 32u + static_cast<uint32_t>(vlane), stream_lo, stream_hi);
+  }
   __device__ __forceinline__ uint4 tile_bytes(int query_tile, int key_tile, int vlane) const {
-    const uint4 counter = make_uint4(static_cast<uint32_t>(key_tile),
-                                     static_cast<uint32_t>(query_tile) * 32u + static_cast<uint32_t>(vlane),
-                                     stream_lo, stream_hi);
-    return philox4x32_10(counter, key0, key1);
+    return philox4x32_10(tile_counter(query_tile, key_tile, vlane), key0, key1);
+  }
+  // N tiles' bytes in one lockstep call; counters in, bytes out.
+  template <int N>
+  __device__ __forceinline__ void tile_bytes(uint4 (&counters)[N]) const {
+    philox4x32_10(counters, key0, key1);
   }
 
   __device__ __forceinline__ bool keeps(uint32_t word, int byte) const {
@@ -149,40 +167,59 @@ __device__ __forceinline__ void drop_probs_fwd(float (&probs)[MT][NT][4], const 
     }
 }
 
-// Forward, for kernels with asynchronous MMAs (sm90): the keep bits of the same fragment as
-// drop_probs_fwd, as a bit mask. They do not depend on the scores, so the kernel draws them while
-// its S MMAs run (Philox is ~60 integer instructions per 16 scores, as much issue time as the
-// softmax itself) and applies them with drop_probs.
+// Forward, for kernels with asynchronous MMAs (sm90): the random bytes of the same fragment as
+// drop_probs_fwd, kept as drawn (bytes[mt][tile] word c byte r: element r of accumulator tile
+// (mt, 4 * tile + c)). They do not depend on the scores, so the kernel draws them while its S MMAs
+// run, and drop_packed_probs applies them to P once it is packed as MMA operands.
 template <int MT, int NT>
-__device__ __forceinline__ KeepBits<MT, NT> keep_bits_fwd(const Dropout& d, int row0, int col0, int lane) {
+struct DropoutBytes {
   static_assert(NT % 4 == 0, "whole 32-key dropout tiles");
-  KeepBits<MT, NT> bits;
-  bits.clear();
+  uint4 bytes[MT][NT / 4];
+};
+
+template <int MT, int NT>
+__device__ __forceinline__ DropoutBytes<MT, NT> dropout_bytes_fwd(const Dropout& d, int row0, int col0, int lane) {
+  uint4 counters[MT * (NT / 4)];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int tile = 0; tile < NT / 4; ++tile) {
-      const uint4 bytes =
-          d.tile_bytes(row0 / kDropoutTileQueries + mt, col0 / kDropoutTileKeys + tile, lane);
+    for (int tile = 0; tile < NT / 4; ++tile)
+      counters[mt * (NT / 4) + tile] =
+          d.tile_counter(row0 / kDropoutTileQueries + mt, col0 / kDropoutTileKeys + tile, lane);
+  d.tile_bytes(counters);
+  DropoutBytes<MT, NT> out;
 #pragma unroll
-      for (int c = 0; c < 4; ++c)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
-          if (d.keeps(word_of(bytes, c), r)) bits.set(mt, 4 * tile + c, r);
-    }
-  return bits;
+    for (int tile = 0; tile < NT / 4; ++tile) out.bytes[mt][tile] = counters[mt * (NT / 4) + tile];
+  return out;
 }
 
-// Zeroes the probabilities whose keep bit is clear (kept ones stay unscaled).
+// 0xffff in each 16-bit half whose element is dropped, for the elements of bytes `first` and
+// first + 1 of `word` (low half: byte `first`). Each byte x goes to (x + 256 - threshold) << 7 in
+// its half (a byte permute, then one multiply-add: at most 511 << 7, so no carry between halves),
+// whose top bit is x >= threshold; half_sign_masks spreads that bit over the half.
+__device__ __forceinline__ uint32_t dropped_pair_mask(uint32_t word, int first, uint32_t keep_threshold) {
+  const uint32_t spread = arch::byte_perm(word, 0u, first == 0 ? 0x4140u : 0x4342u);  // x0 | x1 << 16
+  return arch::half_sign_masks(spread * 128u + (256u - keep_threshold) * 128u * 0x10001u);
+}
+
+// Zeroes the dropped probabilities of P packed as MMA A operands (accumulators_to_a_fragments of
+// the fragment `bytes` was drawn for): two elements per AND.
 template <int MT, int NT>
-__device__ __forceinline__ void drop_probs(float (&probs)[MT][NT][4], const KeepBits<MT, NT>& keep) {
+__device__ __forceinline__ void drop_packed_probs(uint32_t (&probs)[MT][NT / 2][4], const DropoutBytes<MT, NT>& bytes,
+                                                  uint32_t keep_threshold) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int ks = 0; ks < NT / 2; ++ks)
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
-        if (!keep.kept(mt, nt, r)) probs[mt][nt][r] = 0.f;
+      for (int half = 0; half < 2; ++half) {
+        const int nt = 2 * ks + half;  // accumulator tile; elements (0, 1) and (2, 3) are two registers
+        const uint32_t word = word_of(bytes.bytes[mt][nt / 4], nt % 4);
+        probs[mt][ks][2 * half] &= ~dropped_pair_mask(word, 0, keep_threshold);
+        probs[mt][ks][2 * half + 1] &= ~dropped_pair_mask(word, 2, keep_threshold);
+      }
 }
 
 // Backward: the keep bits of a (16*MT keys x 8*NT queries) S^T fragment whose first row is key0 (a
@@ -206,11 +243,14 @@ __device__ __forceinline__ KeepBits<MT, NT> keep_bits_bwd(const Dropout& d, int 
     const int key_block = key0 + mt * 16;
     const int key_tile = key_block / kDropoutTileKeys;
     const int word0 = (key_block % kDropoutTileKeys) / 8;  // word of keys g; keys g + 8 are the next
+    uint4 calls[NT / 2];  // u: the 16-query tile
+#pragma unroll
+    for (int u = 0; u < NT / 2; ++u)
+      calls[u] = d.tile_counter(query0 / kDropoutTileQueries + u, key_tile, 4 * (2 * t + parity) + g / 2);
+    d.tile_bytes(calls);
 #pragma unroll
     for (int u = 0; u < NT / 2; ++u) {
-      const int query_tile = query0 / kDropoutTileQueries + u;
-      const uint4 bytes = d.tile_bytes(query_tile, key_tile, 4 * (2 * t + parity) + g / 2);
-      const uint32_t low = word_of(bytes, word0), high = word_of(bytes, word0 + 1);
+      const uint32_t low = word_of(calls[u], word0), high = word_of(calls[u], word0 + 1);
       const uint32_t mine = arch::byte_perm(low, high, mine_selector);
       const uint32_t from_partner = arch::shuffle_xor(arch::byte_perm(low, high, partner_selector), 4);
       const uint32_t even = parity ? from_partner : mine, odd = parity ? mine : from_partner;

@@ -2,12 +2,13 @@
 // fwd_kernel.cuh: one CTA per (block of 64 x kWarpgroups queries, head, batch), each warpgroup
 // owning 64 query rows, walking the visible key blocks from the last one down (the causal
 // blocks that need masking first). Step i of each warpgroup:
-//   1. retires P.V[i-2], rescales O and converts P[i-1] to the A-fragment layout
+//   1. retires P.V[i-2], rescales O and converts P[i-1] to the A-fragment layout (dropout zeroes
+//      its dropped entries there, two per instruction)
 //   2. issues S[i] = Q.K[i]^T                (64 queries x kBlockN, A and B from shared memory)
 //   3. issues O += P[i-1].V[i-1]              (A = P in registers)
-//   4. draws dropout's keep bits of block i (they do not depend on S) while S[i] runs, then waits
-//      for S[i] only, and runs the logits (score modifiers, mask), the online softmax and dropout
-//      of block i while step 3 still runs on the tensor core.
+//   4. draws dropout's random bytes of block i (they do not depend on S) while S[i] runs, then
+//      waits for S[i] only, and runs the logits (score modifiers, mask) and the online softmax of
+//      block i while step 3 still runs on the tensor core.
 // So the exponentials of one block overlap the P.V MMAs of the previous one, and P never leaves
 // registers. K has two shared-memory slots and V three; block i + 1's K and block i's V load
 // (cp.async) while block i's MMAs run. Shared memory uses the 128-byte swizzled layout of
@@ -135,6 +136,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   float scores[1][kScoreNT][4];        // S rows of this warp (16 x kBlockN), then P until converted
   float rescale[1][2];                 // O's pending rescale from the latest softmax
   uint32_t probs[1][kBlockN / 16][4];  // P of the previous block, the A operand of its P.V
+  DropoutBytes<1, kScoreNT> drop_bytes;  // dropout's random bytes of the latest block
 
   // Retires P.V[i-2], then rescales O for block i-1 and converts P[i-1] for its P.V. This runs at
   // the start of step i rather than the end of step i-1: ptxas moves a wgmma wait to the top of
@@ -146,6 +148,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
     arch::wgmma_fence_operand(probs);
     OnlineSoftmax<1>::rescale_output(acc, rescale);
     arch::accumulators_to_a_fragments<T>(probs, scores);
+    if (dropout.enabled) drop_packed_probs(probs, drop_bytes, dropout.keep_threshold);
   };
 
   // Step i handles key block n_last - i; its K sits in slot i % 2, its V in slot i % 3.
@@ -169,16 +172,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
     load_kv_tile_sm90<Cfg>(s.v(i % 3), v, p.v.row_stride, n_block, seqlen_k, headdim, tid);
     arch::cp_async_commit();
 
-    // Dropout's keep bits do not depend on S: drawn here, while S's MMAs run.
-    KeepBits<1, kScoreNT> keep;
-    if (dropout.enabled) keep = keep_bits_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+    // Dropout's random bytes do not depend on S: drawn here, while S's MMAs run.
+    if (dropout.enabled) drop_bytes = dropout_bytes_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     arch::wgmma_wait<kFirst ? 0 : 1>();  // S is done; P.V[i-1] may still run, under the softmax
     arch::wgmma_fence_operand(scores[0]);
     const int n0 = n_block * kBlockN;
     scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod, !mask.block_fully_visible(m0, rows_q, n0, kBlockN),
                                              m0 + warp_row0, n0, lane);
     softmax.update_probs(scores, p.logit_scale_log2, rescale);
-    if (dropout.enabled) drop_probs(scores, keep);
     arch::wgmma_fence_operand(scores[0]);
   };
   step(std::true_type{}, 0);

@@ -55,15 +55,18 @@ cudaError_t run_bwd_sm80(const BwdParams& params, cudaStream_t stream, int devic
   return cudaGetLastError();
 }
 
-// Zeroed dq_accum (and deterministic counters), the preprocess (dsum), the main kernel, then dq from dq_accum.
+// Zeroed dq_accum (deterministic: zeroed counters instead), the preprocess (dsum), the main kernel,
+// then dq from dq_accum.
 template <typename T, int kHeadDim>
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   const size_t dq_accum_bytes = sizeof(float) * params.fwd.shape.heads * params.dq_accum_head_rows * kHeadDim;
-  if (err == cudaSuccess) err = cudaMemsetAsync(params.dq_accum, 0, dq_accum_bytes, stream);
+  if (err == cudaSuccess && params.dq_semaphore == nullptr)
+    err = cudaMemsetAsync(params.dq_accum, 0, dq_accum_bytes, stream);
   if (err == cudaSuccess && params.dq_semaphore != nullptr)
-    err = cudaMemsetAsync(params.dq_semaphore, 0, sizeof(int) * dq_semaphore_count(params.fwd.shape), stream);
+    err = cudaMemsetAsync(params.dq_semaphore, 0,
+                          sizeof(int) * dq_semaphore_count(params.fwd.shape, params.dq_slices), stream);
   if (err == cudaSuccess) err = run_bwd_preprocess<T, kHeadDim>(params, stream);
   bool launched = false;
   if (needs_score_extras(params.fwd)) {  // the score-extras variant (features.h)

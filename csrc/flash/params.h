@@ -94,9 +94,12 @@ struct BwdParams {
   Strided4d dk;     // like k but with `heads` heads: one slice per query head, summed over
   Strided4d dv;     //   the query heads of a KV head by the op when heads != heads_k
   Strided4d dq;     // output, like q
-  float* dq_accum;  // float32 scratch laid out as in dq_accum.cuh; zeroed by the op, the main
-                    //   kernel adds into it, a last pass converts
-  int64_t dq_accum_head_rows;  // rows of one head's slice of dq_accum (dq_accum_rows_per_head)
+  float* dq_accum;  // float32 scratch laid out as in dq_accum.cuh; the main kernel adds into it,
+                    //   a last pass converts. dq_slices partial sums (dq_order.cuh), each
+                    //   dq_slice_stride floats; zeroed by the launcher unless deterministic
+  int64_t dq_accum_head_rows;  // rows of one head in one slice of dq_accum (dq_accum_rows_per_head)
+  int dq_slices;               // 1, or with deterministic=True dq_slice_count()
+  int64_t dq_slice_stride;     // heads * dq_accum_head_rows * kernel head dim
   float* dsum;      // rowsum(dout * out), float32, laid out like lse
   int* dq_semaphore;  // deterministic: dq_semaphore_count() counters (dq_order.cuh); else null
 };
@@ -172,11 +175,20 @@ constexpr int64_t dq_accum_rows_per_head(bool varlen, int64_t batch, int64_t seq
   return varlen ? total_q + kDqAccumRowMultiple * batch : batch * dq_accum_rows(seqlen_q);
 }
 
-// Deterministic backward: one counter per (batch, head, query block) at the smallest query block
-// any backward kernel uses.
+// Deterministic backward (dq_order.cuh): the key blocks that see a query block add into it in a
+// fixed order, spread over dq_slice_count() partial sums so that each chain of waits is a quarter
+// as long; one counter per (slice, batch, head, kMinBwdBlockM query rows), the rows of every
+// backward kernel's query blocks.
 constexpr int kMinBwdBlockM = 64;
-constexpr int64_t dq_semaphore_count(const AttentionShape& s) {
-  return static_cast<int64_t>(s.batch) * s.heads * ((s.seqlen_q + kMinBwdBlockM - 1) / kMinBwdBlockM);
+constexpr int kMaxDqSlices = 4;
+// One slice up to 512 keys (chains of at most 4 key blocks of 128), then one per 512 keys up to
+// kMaxDqSlices: each slice costs dq_accum's size again (twice q's bytes in fp16/bf16).
+constexpr int dq_slice_count(int64_t seqlen_k) {
+  const int64_t slices = (seqlen_k + 511) / 512;
+  return slices < 1 ? 1 : slices > kMaxDqSlices ? kMaxDqSlices : static_cast<int>(slices);
+}
+constexpr int64_t dq_semaphore_count(const AttentionShape& s, int slices) {
+  return static_cast<int64_t>(slices) * s.batch * s.heads * ((s.seqlen_q + kMinBwdBlockM - 1) / kMinBwdBlockM);
 }
 
 }  // namespace flash

@@ -271,11 +271,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
       p.fwd.dropout.philox.offset_ptr = rng_state.data_ptr<int64_t>() + 1;
     }
     p.dq_accum_head_rows = flash::dq_accum_rows_per_head(varlen, batch, seqlen_q, rows_q);
-    const auto dq_accum = at::empty({heads * p.dq_accum_head_rows * kernel_hd}, q.options().dtype(at::kFloat));
+    p.dq_slices = deterministic ? flash::dq_slice_count(seqlen_k) : 1;
+    p.dq_slice_stride = heads * p.dq_accum_head_rows * kernel_hd;
+    const auto dq_accum = at::empty({p.dq_slices * p.dq_slice_stride}, q.options().dtype(at::kFloat));
     const auto dsum = at::empty(lse.sizes(), q.options().dtype(at::kFloat));
     at::Tensor semaphore;
     if (deterministic) {
-      semaphore = at::empty({flash::dq_semaphore_count(p.fwd.shape)}, q.options().dtype(at::kInt));
+      semaphore = at::empty({flash::dq_semaphore_count(p.fwd.shape, p.dq_slices)}, q.options().dtype(at::kInt));
       p.dq_semaphore = semaphore.data_ptr<int>();
     }
     p.dout = strided(dout);

@@ -28,7 +28,7 @@
 //                       because a kernel must say which atom its fragments come from.
 //   warp_sync           wave barrier with LDS fences.
 //   exp2_approx, log2_approx, reciprocal_approx   v_exp_f32, v_log_f32, v_rcp_f32.
-//   mul_hi_lo, byte_perm, atomic_add_pair, wait_until_equal, release_store   same meaning (no vector fp32
+//   mul_hi_lo, byte_perm, half_sign_masks, atomic_add_pair, wait_until_equal, release_store   same meaning (no vector fp32
 //                       atomic: two atomicAdd; agent-scope acquire / release atomics).
 //   smem_address        not needed: LDS pointers are 32-bit address space 3 pointers.
 //   warp_gemm_ss / _rs, accumulators_to_a_fragments, store_accumulators, Layout, BLayout,
@@ -261,6 +261,11 @@ __device__ __forceinline__ uint32_t mul_hi_lo(uint32_t a, uint32_t b, uint32_t& 
 // Byte k of the result is byte (selector >> 4k) & 7 of the 8 bytes {low, high} (v_perm_b32).
 __device__ __forceinline__ uint32_t byte_perm(uint32_t low, uint32_t high, uint32_t selector) {
   return __byte_perm(low, high, selector);
+}
+
+// 0xffff in each 16-bit half of v whose top bit (bit 15 or 31) is set, else 0.
+__device__ __forceinline__ uint32_t half_sign_masks(uint32_t v) {
+  return ((v & 0x8000u) ? 0xffffu : 0u) | ((v & 0x80000000u) ? 0xffff0000u : 0u);
 }
 
 // dst[0] += a, dst[1] += b. CDNA has no packed fp32 atomic add: two scalar ones (hardware atomics

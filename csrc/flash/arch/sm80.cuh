@@ -210,6 +210,13 @@ __device__ __forceinline__ uint32_t byte_perm(uint32_t low, uint32_t high, uint3
   return __byte_perm(low, high, selector);
 }
 
+// 0xffff in each 16-bit half of v whose top bit (bit 15 or 31) is set, else 0 (PRMT's sign mode).
+__device__ __forceinline__ uint32_t half_sign_masks(uint32_t v) {
+  uint32_t out;
+  asm("prmt.b32 %0, %1, 0, 0xBB99;\n" : "=r"(out) : "r"(v));
+  return out;
+}
+
 // dst[0] += a, dst[1] += b; dst 8-byte aligned. One vector reduction on sm90, two scalar before.
 __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -1,5 +1,5 @@
 // NVIDIA Hopper bulk asynchronous copies (the TMA engine without a tensor map): a contiguous
-// shared-memory range reduced into global memory, or a contiguous global range loaded into shared
+// shared-memory range reduced into or stored to global memory, or a contiguous global range loaded into shared
 // memory, by one thread's instruction; loads complete on an mbarrier's transaction count.
 #pragma once
 
@@ -15,6 +15,13 @@ namespace arch {
 __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const void* smem, uint32_t bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gmem),
                "r"(smem_address(smem)), "r"(bytes)
+               : "memory");
+}
+
+// gmem[i] = smem[i] for `bytes` bytes; same alignment and visibility rules as bulk_reduce_add_f32.
+__device__ __forceinline__ void bulk_store(void* gmem, const void* smem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(gmem), "r"(smem_address(smem)),
+               "r"(bytes)
                : "memory");
 }
 
