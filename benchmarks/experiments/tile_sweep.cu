@@ -184,7 +184,7 @@ void time_and_check_bwd(const char* name, const Problem& pb, const Buffers& b, b
 template <typename Cfg>
 void sweep_bwd(const char* name, const Problem& pb, const Buffers& b, bool first) {
   const flash::BwdParams p = make_params(pb, b);
-  auto kernel = flash::bwd_kernel<T, Cfg>;
+  auto kernel = flash::bwd_kernel<T, Cfg, false>;
   int smem_optin = 0;
   CUDA_OK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   const int stages = Cfg::smem_bytes(2) <= smem_optin ? 2 : 1;
@@ -201,7 +201,7 @@ void sweep_bwd(const char* name, const Problem& pb, const Buffers& b, bool first
 template <typename Cfg>
 void sweep_bwd_sm90(const char* name, const Problem& pb, const Buffers& b, bool first) {
   const flash::BwdParams p = make_params(pb, b);
-  auto kernel = flash::bwd_kernel_sm90<T, Cfg>;
+  auto kernel = flash::bwd_kernel_sm90<T, Cfg, false>;
   CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid(flash::ceil_div(pb.seqlen, Cfg::kBlockN), pb.heads, pb.batch);
   time_and_check_bwd(name, pb, b, first, [&] {
