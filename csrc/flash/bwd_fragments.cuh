@@ -65,10 +65,11 @@ __device__ __forceinline__ void dscores_from_dprobs(float (&dprobs_t)[MT][NT][4]
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = 2 * h + j;
-          float dp = dprobs_t[mt][nt][r];
-          if (ctx.keep != nullptr) dp = ctx.keep->kept(mt, nt, r) ? dp * ctx.keep_scale : 0.f;
+          const float dp = dprobs_t[mt][nt][r];
           const float p = probs_t[mt][nt][r];
-          float ds = p * (dp - query_dsum) * fwd.softmax_scale;
+          // dP * Z / keep_prob - dsum as one multiply-add, the factor selected by the keep bit
+          const float dp_scale = ctx.keep == nullptr ? 1.f : ctx.keep->kept(mt, nt, r) ? ctx.keep_scale : 0.f;
+          float ds = p * fmaf(dp, dp_scale, -query_dsum) * fwd.softmax_scale;
           if (ctx.mod.has_softcap()) {
             const int key = ctx.key0 + mt * arch::kAtomM + arch::acc_row(lane, r);
             ds *= ctx.mod.capped_derivative(p, lse_log2, ctx.query0 + local_query, key);
@@ -76,6 +77,17 @@ __device__ __forceinline__ void dscores_from_dprobs(float (&dprobs_t)[MT][NT][4]
           dprobs_t[mt][nt][r] = ds;
         }
     }
+}
+
+// In place: acc *= factor.
+template <int MT, int NT>
+__device__ __forceinline__ void scale_accumulators(float (&acc)[MT][NT][4], float factor) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mt][nt][r] *= factor;
 }
 
 // In place: P^T -> P^T * Z / keep_prob, the probabilities dV is taken with.

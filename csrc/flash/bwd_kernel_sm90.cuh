@@ -169,10 +169,22 @@ __device__ __forceinline__ void store_dq_sm90(float* sdQ, const float (&dq)[1][N
     }
 }
 
+// Deterministic: waits until the add of `turn` (issued one query block earlier, so complete or
+// nearly) is complete and visible, then lets the next key block add; no-op otherwise.
+template <typename Turn>
+__device__ __forceinline__ void release_dq_tile(const Turn& turn) {
+  if (turn.counter == nullptr) return;
+  arch::bulk_wait_complete<0>();
+  arch::fence_proxy_async_global();
+  turn.release();
+}
+
 // dq_accum tile of the query block at m0 += sdQ: one bulk reduction, issued by one thread.
 // Deterministic (turn.counter set): into the turn's slice (its first turn writes the tile), after
-// the earlier key blocks' adds, and complete before the next block's turn, which serializes this
-// thread on the reduction's completion.
+// the earlier key blocks' adds, and released (release_dq_tile) when the kernel issues the next
+// block's add: that add had a whole block's MMAs to complete in, where waiting for it right away
+// stalled warpgroup 0 on every block (benchmarks/NOTES.md v8). The next key block in the chain gets
+// the tile one query block later, which the chain pays once per link, not once per block.
 template <typename Cfg, typename Turn>
 __device__ __forceinline__ void reduce_dq_tile(const BwdParams& p, const float* sdQ, const SequenceView& seq, int head,
                                                int m0, const Turn& turn) {
@@ -183,11 +195,6 @@ __device__ __forceinline__ void reduce_dq_tile(const BwdParams& p, const float* 
   else
     arch::bulk_reduce_add_f32(tile, sdQ, Cfg::kDqTileBytes);
   arch::bulk_commit();
-  if (turn.counter != nullptr) {
-    arch::bulk_wait_complete<0>();
-    arch::fence_proxy_async_global();
-    turn.release();
-  }
 }
 
 // kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
@@ -258,9 +265,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     // The previous block's dQ tile goes out while these MMAs run: with deterministic=True the
     // wait for this key block's turn and for the add's completion then stalls warpgroup 0 only
     // where it would wait for its S^T anyway (issued before the MMAs, it stalled their issue).
-    if (tid == 0 && m_block > m_first)
-      reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m0 - kBlockM,
-                          kb.template dq_turn</*kDeterministic=*/true>(p, m_block - 1));
+    if (tid == 0 && m_block > m_first) {
+      if (m_block - 1 > m_first) release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, m_block - 2));
+      reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m0 - kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, m_block - 1));
+    }
     // Dropout's keep bits do not depend on S^T: drawn here, while the S^T and dP^T MMAs run.
     KeepBits<1, kScoreNT> keep;
     if (dropout.enabled) keep = keep_bits_bwd<1, kScoreNT>(dropout, n0 + warp_key0, m0, lane);
@@ -269,10 +277,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     scores_to_logits</*kRowsAreKeys=*/true>(scores_t, mask, mod, !mask.block_fully_visible(m0, kBlockM, n0, kBlockN),
                                             n0 + warp_key0, m0, lane);
     probs_from_logits(scores_t, stage.lse, 0, p.fwd, lane);
-    uint32_t probs_a[1][kBlockM / 16][4];  // P^T with dropout applied, the A operand of dV
+    uint32_t probs_a[1][kBlockM / 16][4];  // P^T * Z, the A operand of dV (1 / keep_prob: at the end)
     if (dropout.enabled) {
       arch::accumulators_to_a_fragments<T>(probs_a, scores_t, [&](float prob, int mt, int nt, int r) {
-        return keep.kept(mt, nt, r) ? prob * dropout.keep_scale : 0.f;
+        return keep.kept(mt, nt, r) ? prob : 0.f;
       });
     } else {
       arch::accumulators_to_a_fragments<T>(probs_a, scores_t);
@@ -311,9 +319,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   }
   __syncthreads();  // the last block's dQ tile is complete
   if (tid == 0) {
+    if (m_last > m_first) release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, m_last - 1));
     reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m_last * kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, m_last));
+    release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, m_last));
     arch::bulk_wait_complete<0>();
   }
+
+  if (dropout.enabled) scale_accumulators(dv_acc, dropout.keep_scale);  // dV = (P^T * Z / keep_prob).dO
 
   // Epilogue: dK and dV through shared memory (row-major, padded) for coalesced stores.
   T* sdK = reinterpret_cast<T*>(smem);
