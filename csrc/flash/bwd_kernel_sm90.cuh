@@ -169,8 +169,8 @@ __device__ __forceinline__ void store_dq_sm90(float* sdQ, const float (&dq)[1][N
     }
 }
 
-// Deterministic: waits until the add of `turn` (issued one query block earlier, so complete or
-// nearly) is complete and visible, then lets the next key block add; no-op otherwise.
+// Deterministic: waits until the add of `turn` (this thread's latest bulk group) is complete and
+// visible, then lets the next key block add; no-op otherwise.
 template <typename Turn>
 __device__ __forceinline__ void release_dq_tile(const Turn& turn) {
   if (turn.counter == nullptr) return;
@@ -179,12 +179,11 @@ __device__ __forceinline__ void release_dq_tile(const Turn& turn) {
   turn.release();
 }
 
-// dq_accum tile of the query block at m0 += sdQ: one bulk reduction, issued by one thread.
-// Deterministic (turn.counter set): into the turn's slice (its first turn writes the tile), after
-// the earlier key blocks' adds, and released (release_dq_tile) when the kernel issues the next
-// block's add: that add had a whole block's MMAs to complete in, where waiting for it right away
-// stalled warpgroup 0 on every block (benchmarks/NOTES.md v8). The next key block in the chain gets
-// the tile one query block later, which the chain pays once per link, not once per block.
+// dq_accum tile of the query block at m0 += sdQ: one bulk reduction, issued by one thread under the
+// next block's S^T / dP^T MMAs. Deterministic (turn.counter set): into the turn's slice (its first
+// turn writes the tile), after the earlier key blocks' adds; the kernel releases it
+// (release_dq_tile) under that block's dQ MMAs, half a block later. Waiting for its completion
+// right away stalled warpgroup 0's MMA issue on every block (benchmarks/NOTES.md v8).
 template <typename Cfg, typename Turn>
 __device__ __forceinline__ void reduce_dq_tile(const BwdParams& p, const float* sdQ, const SequenceView& seq, int head,
                                                int m0, const Turn& turn) {
@@ -265,10 +264,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     // The previous block's dQ tile goes out while these MMAs run: with deterministic=True the
     // wait for this key block's turn and for the add's completion then stalls warpgroup 0 only
     // where it would wait for its S^T anyway (issued before the MMAs, it stalled their issue).
-    if (tid == 0 && m_block > m_first) {
-      if (m_block - 1 > m_first) release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, m_block - 2));
+    if (tid == 0 && m_block > m_first)
       reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m0 - kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, m_block - 1));
-    }
     // Dropout's keep bits do not depend on S^T: drawn here, while the S^T and dP^T MMAs run.
     KeepBits<1, kScoreNT> keep;
     if (dropout.enabled) keep = keep_bits_bwd<1, kScoreNT>(dropout, n0 + warp_key0, m0, lane);
@@ -310,6 +307,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
       arch::Wgmma<T, Cfg::kDqCols>::template ss<true, true>(
           dq[0], Cfg::DsTile::mn_major(sdS, dq_row0, ks), Cfg::KVTile::mn_major(sK, dq_col0, ks), ks > 0);
     arch::wgmma_commit();
+    // Deterministic: the previous block's add, issued under phase 1, is released under these MMAs.
+    if (tid == 0 && m_block > m_first) release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, m_block - 1));
     arch::wgmma_wait<0>();
     arch::wgmma_fence_operand(dq[0]);
     arch::wgmma_fence_operand(dv_acc[0]);
@@ -319,7 +318,6 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   }
   __syncthreads();  // the last block's dQ tile is complete
   if (tid == 0) {
-    if (m_last > m_first) release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, m_last - 1));
     reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m_last * kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, m_last));
     release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, m_last));
     arch::bulk_wait_complete<0>();
