@@ -177,3 +177,12 @@ def test_sanitizer_varlen_lengths_zero_and_one(deterministic):
     check_varlen(Mods(causal=True, window_size=(7, 3), softcap=5.0, alibi="batch", dropout_p=0.1,
                       deterministic=deterministic), [0, 1, 33, 0, 70], [1, 0, 40, 5, 65], 4, 2, 64,
                  torch.bfloat16, "cuda")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sanitizer_deterministic_dq_slices(causal):
+    """deterministic=True over 1100 keys: three dQ partial sums (dq_order.cuh), the first add of each
+    writing its tile and the convert pass reading only the written ones; against the reference, and
+    under memcheck in gpu_check.sh."""
+    require_kernel(torch.bfloat16, 64)
+    check_dense(Mods(causal=causal, deterministic=True), 1, 1100, 1100, 2, 1, 64, torch.bfloat16, "cuda")
