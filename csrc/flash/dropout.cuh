@@ -11,7 +11,9 @@
 // its byte < keep_threshold (round(256 * keep_prob)) and kept probabilities are scaled by
 // 1 / keep_prob, as FlashAttention 2 does with 8-bit thresholds.
 // The forward (rows = queries) uses each call's 16 bytes for its own 16 elements; the backward
-// holds S^T (rows = keys), where a thread's 8 elements of a 16 x 16 block come from two calls.
+// holds S^T (rows = keys), where a thread's 8 elements of a 16 x 16 block come from two calls that
+// its neighbour lane needs too (keep_bits_bwd shares them), and half of each call's bytes belong
+// to the other warp of the 32-key tile. Costs per score, measured: benchmarks/NOTES.md v8.
 #pragma once
 
 #include <cstdint>
