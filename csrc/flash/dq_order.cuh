@@ -11,9 +11,9 @@
 // Partial sums: position j in that order adds into slice j % dq_slices of dq_accum, as turn
 // j / dq_slices of that slice's chain; the convert pass sums the slices in slice order. With all
 // key blocks starting on query block 0 (non-causal), key block j waits for j - 1 on every query
-// block: the chain of a tile costs (chain length - 1) x (wait, add, completion, release), ~3 us a
-// link on H100 at hd 128 by the estimate in benchmarks/NOTES.md v8, so slices cut it by their
-// count. The first turn
+// block, so the last key block of a chain starts (chain length - 1) adds late. Slices cut the
+// chain by their count: at hd 128, 8k tokens on H100, one slice ran at 0.69x of the default
+// backward and four at 0.77x (benchmarks/NOTES.md v8, runs 1 and 2). The first turn
 // of a slice writes the tile instead of adding to it (no zeroing pass over the slices), and one
 // counter per (slice, batch, head, kMinBwdBlockM rows), zeroed by the launcher, counts the adds
 // done: key block j waits until it equals its turn, adds, and releases turn + 1; the convert pass

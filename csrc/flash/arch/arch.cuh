@@ -9,3 +9,25 @@
 #include "sm80.cuh"
 #include "sm80_gemm.cuh"
 #endif
+
+#include <cstdint>
+
+namespace flash {
+namespace arch {
+
+// Integer helpers whose intrinsics CUDA and HIP spell alike (IMAD.HI / PRMT on NVIDIA,
+// v_mul_hi_u32 / v_perm_b32 on CDNA).
+
+// The high and low 32 bits of a * b (Philox's round function).
+__device__ __forceinline__ uint32_t mul_hi_lo(uint32_t a, uint32_t b, uint32_t& lo) {
+  lo = a * b;
+  return __umulhi(a, b);
+}
+
+// Byte k of the result is byte (selector >> 4k) & 7 of the 8 bytes {low, high}.
+__device__ __forceinline__ uint32_t byte_perm(uint32_t low, uint32_t high, uint32_t selector) {
+  return __byte_perm(low, high, selector);
+}
+
+}  // namespace arch
+}  // namespace flash

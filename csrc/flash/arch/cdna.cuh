@@ -28,8 +28,9 @@
 //                       because a kernel must say which atom its fragments come from.
 //   warp_sync           wave barrier with LDS fences.
 //   exp2_approx, log2_approx, reciprocal_approx   v_exp_f32, v_log_f32, v_rcp_f32.
-//   mul_hi_lo, byte_perm, half_sign_masks, atomic_add_pair, wait_until_equal, release_store   same meaning (no vector fp32
-//                       atomic: two atomicAdd; agent-scope acquire / release atomics).
+//   half_sign_masks, atomic_add_pair, wait_until_equal, release_store   same meaning (no vector fp32
+//                       atomic: two atomicAdd; agent-scope acquire / release atomics);
+//                       mul_hi_lo and byte_perm are arch.cuh's, shared by both layers.
 //   smem_address        not needed: LDS pointers are 32-bit address space 3 pointers.
 //   warp_gemm_ss / _rs, accumulators_to_a_fragments, store_accumulators, Layout, BLayout,
 //   kAtomM/N/K          cdna_mfma.cuh has wave_gemm_ss / wave_gemm_sr (B from registers),
@@ -251,17 +252,6 @@ __device__ __forceinline__ float log2_approx(float x) {
 }
 
 __device__ __forceinline__ float reciprocal_approx(float x) { return __builtin_amdgcn_rcpf(x); }
-
-// The high and low 32 bits of a * b (Philox's round function).
-__device__ __forceinline__ uint32_t mul_hi_lo(uint32_t a, uint32_t b, uint32_t& lo) {
-  lo = a * b;
-  return __umulhi(a, b);
-}
-
-// Byte k of the result is byte (selector >> 4k) & 7 of the 8 bytes {low, high} (v_perm_b32).
-__device__ __forceinline__ uint32_t byte_perm(uint32_t low, uint32_t high, uint32_t selector) {
-  return __byte_perm(low, high, selector);
-}
 
 // 0xffff in each 16-bit half of v whose top bit (bit 15 or 31) is set, else 0.
 __device__ __forceinline__ uint32_t half_sign_masks(uint32_t v) {

@@ -199,17 +199,6 @@ __device__ __forceinline__ float reciprocal_approx(float x) {
   return y;
 }
 
-// The high and low 32 bits of a * b (Philox's round function).
-__device__ __forceinline__ uint32_t mul_hi_lo(uint32_t a, uint32_t b, uint32_t& lo) {
-  lo = a * b;
-  return __umulhi(a, b);
-}
-
-// Byte k of the result is byte (selector >> 4k) & 7 of the 8 bytes {low, high} (PRMT).
-__device__ __forceinline__ uint32_t byte_perm(uint32_t low, uint32_t high, uint32_t selector) {
-  return __byte_perm(low, high, selector);
-}
-
 // 0xffff in each 16-bit half of v whose top bit (bit 15 or 31) is set, else 0 (PRMT's sign mode).
 __device__ __forceinline__ uint32_t half_sign_masks(uint32_t v) {
   uint32_t out;
