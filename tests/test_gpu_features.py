@@ -1,8 +1,9 @@
 """The training API's options on the CUDA kernels: window, softcap, ALiBi, dropout, deterministic
 backward and varlen, alone and combined, forward and backward, against the fp32 reference with the
 tolerance rule (outputs poisoned with NaN before every kernel). Head dims 64 and 128 run the Hopper
-kernels on an H100/H200 and the sm80 ones with FLASH_ATTN_DISABLE_SM90=1; 96 runs the sm80 kernels
-everywhere.
+kernels on an H100/H200 (the warp-specialized forward, and the cp.async one with
+FLASH_ATTN_SM90_FWD=cpasync) and the sm80 ones with FLASH_ATTN_DISABLE_SM90=1; 96 runs the sm80
+kernels everywhere.
 
 The `sanitizer` tests are the ones scripts/gpu_check.sh also runs under compute-sanitizer memcheck:
 varlen batches whose cu_seqlens hold offsets past the tensors or out of order.
@@ -41,10 +42,13 @@ SEQLENS = [(113, 203), (203, 113), (256, 256), (1, 300), (1000, 1000)]
 def _kernels(monkeypatch, kernel):
     if kernel == "sm80":
         monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
+    if kernel == "cpasync":
+        monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "cpasync")
 
 
 @pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
-@pytest.mark.parametrize("headdim,kernel", [(64, "default"), (128, "default"), (96, "default"), (128, "sm80")])
+@pytest.mark.parametrize("headdim,kernel", [(64, "default"), (128, "default"), (96, "default"), (128, "sm80"),
+                                            (128, "cpasync")])
 @pytest.mark.parametrize("name", OPTIONS)
 def test_option_dense(monkeypatch, name, headdim, kernel, seqlen_q, seqlen_k):
     require_kernel(torch.bfloat16, headdim)
@@ -67,7 +71,8 @@ VARLEN_LENGTHS = {  # name: (lengths_q, lengths_k)
 
 
 @pytest.mark.parametrize("lengths", VARLEN_LENGTHS)
-@pytest.mark.parametrize("headdim,kernel", [(64, "default"), (128, "default"), (96, "default"), (64, "sm80")])
+@pytest.mark.parametrize("headdim,kernel", [(64, "default"), (128, "default"), (96, "default"), (64, "sm80"),
+                                            (64, "cpasync")])
 @pytest.mark.parametrize("name", ["plain", "causal", *OPTIONS])
 def test_option_varlen(monkeypatch, name, headdim, kernel, lengths):
     require_kernel(torch.bfloat16, headdim)

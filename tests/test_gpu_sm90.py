@@ -1,6 +1,7 @@
 """The Hopper (sm_90a) forward and backward: their arch layer on its own, which kernels run, and the
 sm80 kernels that A100-class GPUs run for the same head dims, forced on Hopper with
-FLASH_ATTN_DISABLE_SM90=1. The sm90 kernels themselves are checked against the reference by
+FLASH_ATTN_DISABLE_SM90=1, and the cp.async Hopper forward (FLASH_ATTN_SM90_FWD=cpasync) that runs
+where no TMA tensor map can be built. The sm90 kernels themselves are checked against the reference by
 test_gpu_attention.py, which on an H100/H200 runs them for every head dim they serve (64 and 128,
 and those padded to them).
 """
@@ -59,8 +60,11 @@ def _kernel_names(headdim):
 def test_hopper_runs_the_wgmma_kernels(monkeypatch, headdim):
     require_kernel(torch.bfloat16, headdim)
     forward, backward = _kernel_names(headdim)
-    assert forward and all("fwd_kernel_sm90" in name for name in forward), forward
+    assert forward and all("fwd_kernel_sm90_ws" in name for name in forward), forward
     assert backward and all("bwd_kernel_sm90" in name for name in backward), backward
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "cpasync")
+    forward, _ = _kernel_names(headdim)
+    assert forward and all("fwd_kernel_sm90" in name and "_ws" not in name for name in forward), forward
     monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
     forward, backward = _kernel_names(headdim)
     assert forward and not any("sm90" in name for name in forward), forward
@@ -77,4 +81,14 @@ def test_sm80_kernels_on_any_gpu(monkeypatch, dtype, headdim, seqlen_q, seqlen_k
     """The forward and backward A100-class GPUs run for head dims 64 and 128 (on Hopper the wgmma ones run)."""
     require_kernel(dtype, headdim)
     monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
+    check_flash_attn(2, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, causal, "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("headdim,seqlen_q,seqlen_k,nheads,nheads_k,causal", SM80_CASES)
+def test_sm90_cpasync_forward(monkeypatch, dtype, headdim, seqlen_q, seqlen_k, nheads, nheads_k, causal):
+    """The Hopper forward without TMA (FLASH_ATTN_SM90_FWD=cpasync), which runs where no tensor map can be built."""
+    require_kernel(dtype, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "cpasync")
     check_flash_attn(2, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, causal, "cuda")

@@ -81,13 +81,13 @@ struct FwdQueryBlock {
 };
 
 // Launches a forward kernel over the grid FwdQueryBlock reads: one CTA per query block, head and
-// batch, with Cfg::kSmemBytes of dynamic shared memory opted in.
-template <typename Cfg, typename Kernel>
-cudaError_t launch_over_query_blocks(Kernel kernel, const FwdParams& params, cudaStream_t stream) {
+// batch, with Cfg::kSmemBytes of dynamic shared memory opted in; `more` follow the params.
+template <typename Cfg, typename Kernel, typename... More>
+cudaError_t launch_over_query_blocks(Kernel kernel, const FwdParams& params, cudaStream_t stream, const More&... more) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(ceil_div(params.shape.seqlen_q, Cfg::kBlockM), params.shape.heads, params.shape.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params, more...);
   return cudaGetLastError();
 }
 

@@ -2,7 +2,12 @@
 // where launch_sm90.cuh says it can run.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
+#include "arch/sm90_tensor_map.h"
 #include "fwd_kernel_sm90.cuh"
+#include "fwd_kernel_sm90_ws.cuh"
 #include "launch_sm90.cuh"
 
 namespace flash {
@@ -34,7 +39,63 @@ struct FwdSm90Tile<128> {
   using causal_type = type;
 };
 
-// Launches the wgmma forward kernel when possible; `launched` says whether it did.
+// Head dims with a warp-specialized forward (fwd_kernel_sm90_ws.cuh): FwdWsConfig<hd, keys per
+// step, consumer warpgroups, ring slots>. Starting points from FA3 / ThunderKittens
+// (../shared/docs/HOPPER_ANCHORS.md), to be replaced by a sweep: hd 128 two consumers of 64 rows,
+// 128-key steps, two slots (Q + 2 x 2 x 32 KB = 160 KB); hd 64 three consumers (the softmax weighs
+// twice as much against the MMAs as at hd 128), three slots (120 KB).
+template <int kHeadDim>
+struct FwdWsTile {
+  static constexpr bool kAvailable = false;
+};
+template <>
+struct FwdWsTile<64> {
+  static constexpr bool kAvailable = true;
+  using type = FwdWsConfig<64, 128, 3, 3>;
+};
+template <>
+struct FwdWsTile<128> {
+  static constexpr bool kAvailable = true;
+  using type = FwdWsConfig<128, 128, 2, 2>;
+};
+
+// FLASH_ATTN_SM90_FWD=cpasync selects the cp.async kernel where the warp-specialized one exists
+// (read per call: the tests and the A/B benchmarks switch it).
+inline bool warp_specialized_fwd_enabled() {
+  const char* choice = std::getenv("FLASH_ATTN_SM90_FWD");
+  return choice == nullptr || std::strcmp(choice, "cpasync") != 0;
+}
+
+// The TMA views of q, k and v: dense (batch, seqlen, heads, headdim), varlen one batch of the packed
+// rows. False when the driver cannot describe them; the caller then runs the cp.async kernel.
+template <typename Cfg>
+bool make_fwd_tensor_maps(const FwdParams& p, FwdTensorMaps& maps) {
+  const bool varlen = p.varlen.cu_seqlens_q != nullptr;
+  const int64_t batches = varlen ? 1 : p.shape.batch;
+  auto view = [&](const Strided4d& t, int64_t rows, int64_t heads) {
+    return arch::RowTensor{t.ptr, p.shape.headdim, rows, heads, batches, t.row_stride, t.head_stride, t.batch_stride};
+  };
+  const int64_t rows_q = varlen ? p.varlen.total_q : p.shape.seqlen_q;
+  const int64_t rows_k = varlen ? p.varlen.total_k : p.shape.seqlen_k;
+  return arch::encode_swizzled_row_map(&maps.q, view(p.q, rows_q, p.shape.heads), Cfg::kBlockM) &&
+         arch::encode_swizzled_row_map(&maps.k, view(p.k, rows_k, p.shape.heads_k), Cfg::kBlockN) &&
+         arch::encode_swizzled_row_map(&maps.v, view(p.v, rows_k, p.shape.heads_k), Cfg::kBlockN);
+}
+
+template <typename T, int kHeadDim, bool kExtras>
+cudaError_t try_run_fwd_sm90_ws(const FwdParams& params, cudaStream_t stream, bool& launched) {
+  launched = false;
+  if constexpr (FwdWsTile<kHeadDim>::kAvailable) {
+    using Cfg = typename FwdWsTile<kHeadDim>::type;
+    FwdTensorMaps maps;
+    if (!warp_specialized_fwd_enabled() || !make_fwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
+    launched = true;
+    return launch_over_query_blocks<Cfg>(fwd_kernel_sm90_ws<T, Cfg, kExtras>, params, stream, maps);
+  }
+  return cudaSuccess;
+}
+
+// Launches a wgmma forward kernel when possible; `launched` says whether it did.
 template <typename T, int kHeadDim, bool kExtras>
 cudaError_t try_run_fwd_sm90(const FwdParams& params, cudaStream_t stream, bool& launched) {
   launched = false;
@@ -46,6 +107,8 @@ cudaError_t try_run_fwd_sm90(const FwdParams& params, cudaStream_t stream, bool&
     bool usable = false;
     err = can_run_sm90(fwd_kernel_sm90<T, typename Tile::type, kExtras>, device, usable);
     if (err != cudaSuccess || !usable) return err;
+    err = try_run_fwd_sm90_ws<T, kHeadDim, kExtras>(params, stream, launched);
+    if (err != cudaSuccess || launched) return err;
     launched = true;
     using CausalCfg = typename Tile::causal_type;
     using Cfg = typename Tile::type;

@@ -101,5 +101,39 @@ __device__ __forceinline__ void load_swizzled_tile_async(void* tile, const T* gm
   }
 }
 
+// Writes a warp's fp32 accumulators (16 rows from row0 x 8*NT columns, as T) into a SwizzledTile
+// Tile. Each lane's 4-byte pairs of one 8-column atom land in chunk (atom ^ row % 8) of their row,
+// so the 8 rows of a store instruction hit 8 different bank groups.
+template <typename Tile, int NT, typename T>
+__device__ __forceinline__ void store_accumulators_swizzled(void* tile, int row0, const float (&c)[1][NT][4], int lane) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + acc_row(lane, 2 * half), col = nt * 8 + acc_col(lane, 0);
+      *reinterpret_cast<uint32_t*>(static_cast<char*>(tile) + Tile::byte_offset(row, col)) =
+          pack_pair<T>(c[0][nt][2 * half], c[0][nt][2 * half + 1]);
+    }
+}
+
+// Copies rows [row0, row0 + kRows) of a SwizzledTile Tile (kCols columns) to global rows of the
+// same index, those below rows_valid and columns below cols_valid only, in 16-byte pieces:
+// consecutive threads take consecutive chunks of a row (whole 128-byte global lines; the eight
+// chunks of a shared row sit in eight different bank groups).
+template <typename Tile, int kRows, int kCols, int kThreads, typename T>
+__device__ __forceinline__ void copy_swizzled_rows_to_global(T* gmem, int64_t row_stride, const void* tile, int row0,
+                                                             int rows_valid, int cols_valid, int tid) {
+  constexpr int kChunksPerRow = kCols / 8;
+  static_assert((kRows * kChunksPerRow) % kThreads == 0, "whole passes");
+#pragma unroll
+  for (int i = 0; i < kRows * kChunksPerRow / kThreads; ++i) {
+    const int chunk = tid + i * kThreads;
+    const int row = row0 + chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    if (row < rows_valid && col < cols_valid)
+      *reinterpret_cast<uint4*>(gmem + row * row_stride + col) =
+          *reinterpret_cast<const uint4*>(static_cast<const char*>(tile) + Tile::byte_offset(row, col));
+  }
+}
+
 }  // namespace arch
 }  // namespace flash

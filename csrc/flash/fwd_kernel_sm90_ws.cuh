@@ -1,0 +1,276 @@
+// Forward on Hopper (sm_90a), warp-specialized (issue #13; FlashAttention 3's design, written
+// here): one producer warpgroup and kConsumers math warpgroups of 64 query rows each.
+//   Producer: one thread loads Q once and K/V blocks into kStages-slot rings with TMA
+//     (sm90_tma.cuh), each slot guarded by a "full" mbarrier (bytes landed) and an "empty" one (every
+//     consumer warpgroup is done reading it); K[i+1] goes out before V[i], the order they are needed.
+//     It gives its registers to the consumers (setmaxnreg).
+//   Consumers: the algorithm and the step of fwd_kernel_sm90.cuh (S[i] and P.V[i-1] issued
+//     together, the softmax of block i under P.V[i-1]), with no __syncthreads: a warpgroup waits on
+//     the full barriers of its operands and hands slots back as soon as its MMAs retire.
+//   Ping-pong: the consumers issue their MMAs in turn (WarpgroupTurns), so while one warpgroup runs
+//     its softmax the tensor core works on the other's MMAs rather than both softmaxes meeting
+//     at the exponential unit at once.
+// Mask, score modifiers, dropout, softmax and the sequence view are the pieces the other kernels
+// use. Varlen: a TMA box cannot stop at a sequence's end, so K/V rows past it are the next
+// sequence's (or zeros past the tensor); the mask gives their scores probability 0, as with the
+// zero-filled rows of the cp.async kernel. Rows past the tensor's extent arrive as zeros.
+#pragma once
+
+#include <type_traits>
+
+#include "arch/sm90_swizzled_tile.cuh"
+#include "arch/sm90_tma.cuh"
+#include "arch/sm90_wgmma.cuh"
+#include "common.cuh"
+#include "dropout.cuh"
+#include "fragment_scores.cuh"
+#include "fwd_kernel_sm90.cuh"
+#include "fwd_query_block.cuh"
+#include "mask.cuh"
+#include "params.h"
+#include "softmax.cuh"
+
+namespace flash {
+
+template <int kHeadDim_, int kBlockN_, int kConsumers_, int kStages_>
+struct FwdWsConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = kBlockN_;        // keys per step: the N of the S wgmma
+  static constexpr int kConsumers = kConsumers_;  // math warpgroups, 64 query rows each
+  static constexpr int kStages = kStages_;        // slots of the K ring and of the V ring
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kThreads = (kConsumers + 1) * arch::kWarpgroupThreads;
+  // Registers per thread after the reallocation; the totals fill the 64K register file exactly
+  // (FA3's split: 24 / 240 with two consumers, 32 / 160 with three).
+  static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  static_assert(kProducerRegs * arch::kWarpgroupThreads + kConsumerRegs * kConsumers * arch::kWarpgroupThreads <=
+                    65536,
+                "register file");
+  using QTile = arch::SwizzledTile<kBlockM, kHeadDim>;
+  using KVTile = arch::SwizzledTile<kBlockN, kHeadDim>;
+  static constexpr int kBarrierOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;
+  static constexpr int kBarriers = 1 + 4 * kStages;  // Q full; K full / empty; V full / empty
+  static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
+  static_assert(kBlockN % 16 == 0 && kHeadDim % 64 == 0, "whole wgmma k-steps and 64-column TMA boxes");
+  static_assert(kBlockM <= 256 && kBlockN <= 256, "TMA boxes hold at most 256 rows");
+};
+
+// Shared memory: Q, the K ring, the V ring (all 1024-byte aligned), then the mbarriers.
+template <typename Cfg>
+struct FwdWsSmem {
+  char* base;
+
+  __device__ __forceinline__ char* q() const { return base; }
+  __device__ __forceinline__ char* k(int slot) const { return base + Cfg::QTile::kBytes + slot * Cfg::KVTile::kBytes; }
+  __device__ __forceinline__ char* v(int slot) const { return k(Cfg::kStages + slot); }
+  __device__ __forceinline__ uint64_t* barrier(int index) const {
+    return reinterpret_cast<uint64_t*>(base + Cfg::kBarrierOffset) + index;
+  }
+  __device__ __forceinline__ uint64_t* q_full() const { return barrier(0); }
+  __device__ __forceinline__ uint64_t* k_full(int slot) const { return barrier(1 + slot); }
+  __device__ __forceinline__ uint64_t* k_empty(int slot) const { return barrier(1 + Cfg::kStages + slot); }
+  __device__ __forceinline__ uint64_t* v_full(int slot) const { return barrier(1 + 2 * Cfg::kStages + slot); }
+  __device__ __forceinline__ uint64_t* v_empty(int slot) const { return barrier(1 + 3 * Cfg::kStages + slot); }
+
+  // One thread, before any other touches them.
+  __device__ __forceinline__ void init_barriers() const {
+    arch::mbarrier_init(q_full(), 1);
+    for (int slot = 0; slot < Cfg::kStages; ++slot) {
+      arch::mbarrier_init(k_full(slot), 1);
+      arch::mbarrier_init(v_full(slot), 1);
+      arch::mbarrier_init(k_empty(slot), Cfg::kConsumers);  // one arrival per consumer warpgroup
+      arch::mbarrier_init(v_empty(slot), Cfg::kConsumers);
+    }
+    arch::fence_mbarrier_init();
+  }
+};
+
+// Block i of the key walk lives in ring slot i % kStages; its barriers' phase parity flips every
+// round of the ring.
+template <int kStages>
+struct RingPosition {
+  int slot;
+  uint32_t parity;
+  __device__ __forceinline__ explicit RingPosition(int i) : slot(i % kStages), parity((i / kStages) & 1) {}
+};
+
+// The tensor maps of q, k and v (host: make_fwd_tensor_maps in launch_fwd_sm90.cuh).
+struct FwdTensorMaps {
+  arch::TensorMap q, k, v;
+};
+
+// The producer thread: Q, then K[0], then K[i+1] and V[i] for each step i.
+template <typename Cfg, typename QueryBlock>
+__device__ __forceinline__ void produce_fwd_tiles(const FwdWsSmem<Cfg>& s, const FwdTensorMaps& maps,
+                                                  const QueryBlock& qb) {
+  using KVTile = typename Cfg::KVTile;
+  const int batch = qb.seq.batch_index, n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
+  const int q_row = static_cast<int>(qb.seq.q_row0) + qb.m0, k_row0 = static_cast<int>(qb.seq.k_row0);
+  arch::mbarrier_arrive_expect_bytes(s.q_full(), Cfg::QTile::kBytes);
+  arch::tma_load_swizzled_tile<Cfg::kBlockM, Cfg::kHeadDim>(s.q(), &maps.q, q_row, qb.head, batch, s.q_full());
+  // Waits for the slot's previous occupant to be released (a fresh barrier counts as released:
+  // the wait for the phase before its first one returns at once), then loads block i of K or V.
+  auto load = [&](bool is_v, int i) {
+    const RingPosition<Cfg::kStages> at(i);
+    arch::mbarrier_wait_parity(is_v ? s.v_empty(at.slot) : s.k_empty(at.slot), at.parity ^ 1);
+    uint64_t* full = is_v ? s.v_full(at.slot) : s.k_full(at.slot);
+    arch::mbarrier_arrive_expect_bytes(full, KVTile::kBytes);
+    arch::tma_load_swizzled_tile<Cfg::kBlockN, Cfg::kHeadDim>(is_v ? s.v(at.slot) : s.k(at.slot),
+                                                              is_v ? &maps.v : &maps.k,
+                                                              k_row0 + (n_last - i) * Cfg::kBlockN, qb.head_k, batch,
+                                                              full);
+  };
+  load(false, 0);
+  for (int i = 0; i < n_blocks; ++i) {
+    if (i + 1 < n_blocks) load(false, i + 1);
+    load(true, i);
+  }
+}
+
+// The consumers take turns at issuing their MMAs: warpgroup c waits on named barrier 1 + c, which
+// warpgroup c - 1 (cyclically) arrives on once it has issued. Every warpgroup of a CTA runs the
+// same number of rounds; the last one's first arrive starts warpgroup 0 and it skips its final
+// one, so every barrier phase gets exactly its 2 x 128 threads.
+template <int kConsumers>
+struct WarpgroupTurns {
+  int consumer;
+  static constexpr int kThreads = 2 * arch::kWarpgroupThreads;
+
+  __device__ __forceinline__ void start() const {
+    if (consumer == kConsumers - 1) arch::named_barrier_arrive(1, kThreads);
+  }
+  __device__ __forceinline__ void wait() const { arch::named_barrier_sync(1 + consumer, kThreads); }
+  __device__ __forceinline__ void pass(bool last_round) const {
+    if (!(last_round && consumer == kConsumers - 1))
+      arch::named_barrier_arrive(1 + (consumer + 1) % kConsumers, kThreads);
+  }
+  // Barrier ids after the turns' ones: one per consumer for its own epilogue.
+  __device__ __forceinline__ int own_barrier() const { return 1 + kConsumers + consumer; }
+};
+
+// One consumer warpgroup: 64 query rows of the block, the whole key walk, and their output.
+template <typename T, typename Cfg, bool kExtras, typename QueryBlock>
+__device__ __forceinline__ void consume_fwd_tiles(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
+                                                  int consumer, int group_tid) {
+  constexpr int kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim, kStages = Cfg::kStages;
+  constexpr int kScoreNT = kBlockN / 8, kHeadNT = kHeadDim / 8;
+  const int lane = group_tid % arch::kWarpSize, warp_in_group = group_tid / arch::kWarpSize;
+  const bool releases = group_tid == 0;  // the thread that hands this warpgroup's slots back
+  const int group_row0 = consumer * 64;
+  const int warp_row0 = group_row0 + warp_in_group * 16;
+  const int m0 = qb.m0, rows_q = qb.rows_q;
+  const int n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
+  const AttentionMask& mask = qb.mask;
+  const ScoreMod mod = qb.template score_mod<kExtras>(p);
+  const Dropout dropout = qb.template dropout<kExtras>(p);
+  const WarpgroupTurns<Cfg::kConsumers> turns{consumer};
+
+  float acc[1][kHeadNT][4];  // O rows of this warp: 16 x head dim
+  arch::zero_accumulators(acc);
+  OnlineSoftmax<1> softmax;
+  softmax.init();
+  float scores[1][kScoreNT][4];          // S rows of this warp (16 x kBlockN), then P until converted
+  float rescale[1][2];                   // O's pending rescale from the latest softmax
+  uint32_t probs[1][kBlockN / 16][4];    // P of the previous block, the A operand of its P.V
+  DropoutBytes<1, kScoreNT> drop_bytes;  // dropout's random bytes of the latest block
+
+  // At step i: retires P.V[i-2] and hands its V slot back, then rescales O for block i-1 and
+  // converts P[i-1] (fwd_kernel_sm90.cuh says why this opens the step).
+  auto retire_and_convert = [&](int i) {
+    arch::wgmma_wait<0>();
+    arch::wgmma_fence_operand(acc[0]);
+    arch::wgmma_fence_operand(probs);
+    if (releases && i >= 2) arch::mbarrier_arrive(s.v_empty(RingPosition<kStages>(i - 2).slot));
+    OnlineSoftmax<1>::rescale_output(acc, rescale);
+    arch::accumulators_to_a_fragments<T>(probs, scores);
+    if (dropout.enabled) drop_packed_probs(probs, drop_bytes, dropout.keep_threshold);
+  };
+
+  turns.start();
+  arch::mbarrier_wait_parity(s.q_full(), 0);
+  // Step i handles key block n_last - i. Step 0 has no P.V: a separate instantiation (see
+  // fwd_kernel_sm90.cuh: a conditional issue makes ptxas serialize every wgmma).
+  auto step = [&](auto is_first, int i) {
+    constexpr bool kFirst = decltype(is_first)::value;
+    const int n_block = n_last - i;
+    const RingPosition<kStages> at(i);
+    if constexpr (!kFirst) retire_and_convert(i);
+    arch::mbarrier_wait_parity(s.k_full(at.slot), at.parity);
+    if constexpr (!kFirst) {
+      const RingPosition<kStages> previous(i - 1);
+      arch::mbarrier_wait_parity(s.v_full(previous.slot), previous.parity);
+    }
+    turns.wait();
+    issue_scores_sm90<T, Cfg>(scores, s.q(), s.k(at.slot), group_row0);
+    if constexpr (!kFirst) issue_output_sm90<T, Cfg>(acc, probs, s.v(RingPosition<kStages>(i - 1).slot));
+    turns.pass(false);
+    if (dropout.enabled) drop_bytes = dropout_bytes_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+    arch::wgmma_wait<kFirst ? 0 : 1>();  // S is done; P.V[i-1] may still run, under the softmax
+    arch::wgmma_fence_operand(scores[0]);
+    if (releases) arch::mbarrier_arrive(s.k_empty(at.slot));
+    const int n0 = n_block * kBlockN;
+    scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod, !mask.block_fully_visible(m0, rows_q, n0, kBlockN),
+                                             m0 + warp_row0, n0, lane);
+    softmax.update_probs(scores, p.logit_scale_log2, rescale);
+    arch::wgmma_fence_operand(scores[0]);
+  };
+  step(std::true_type{}, 0);
+  for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
+  retire_and_convert(n_blocks);
+  const RingPosition<kStages> last(n_blocks - 1);
+  arch::mbarrier_wait_parity(s.v_full(last.slot), last.parity);
+  turns.wait();
+  issue_output_sm90<T, Cfg>(acc, probs, s.v(last.slot));
+  turns.pass(true);
+  arch::wgmma_wait<0>();
+  arch::wgmma_fence_operand(acc[0]);
+
+  float row_lse[1][2];
+  softmax.finalize(acc, p.logit_scale, dropout.keep_scale, row_lse);
+  float* lse = qb.lse(p);
+  if (lane % 4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp_row0 + arch::acc_row(lane, 2 * h);
+      if (row < rows_q) lse[row] = row_lse[0][h];
+    }
+  }
+  // Epilogue: O through this warpgroup's own rows of the Q tile (only its S MMAs read them, and
+  // they are done), then coalesced 16-byte stores.
+  arch::store_accumulators_swizzled<typename Cfg::QTile, kHeadNT, T>(s.q(), warp_row0, acc, lane);
+  arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
+  arch::copy_swizzled_rows_to_global<typename Cfg::QTile, 64, kHeadDim, arch::kWarpgroupThreads>(
+      qb.template out<T>(p), p.out.row_stride, s.q(), group_row0, rows_q, p.shape.headdim, group_tid);
+}
+
+// kExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
+template <typename T, typename Cfg, bool kExtras>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    fwd_kernel_sm90_ws(const __grid_constant__ FwdParams p, const __grid_constant__ FwdTensorMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const FwdWsSmem<Cfg> s{reinterpret_cast<char*>(arch::swizzle_aligned_dynamic_smem())};
+  const int tid = threadIdx.x, warpgroup = tid / arch::kWarpgroupThreads;
+  record_rng_state(p.dropout, tid);
+  const auto qb = FwdQueryBlock<Cfg::kBlockM, Cfg::kBlockN>::template current<kExtras>(p);
+  if (qb.template done_without_keys<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
+  if (tid == 0) {
+    arch::prefetch_tensor_map(&maps.q);
+    arch::prefetch_tensor_map(&maps.k);
+    arch::prefetch_tensor_map(&maps.v);
+    s.init_barriers();
+  }
+  __syncthreads();  // the barriers are initialized; the last CTA-wide barrier
+  if (warpgroup == 0) {
+    arch::release_registers_to<Cfg::kProducerRegs>();
+    if (tid == 0) produce_fwd_tiles<Cfg>(s, maps, qb);
+    return;
+  }
+  arch::claim_registers_to<Cfg::kConsumerRegs>();
+  consume_fwd_tiles<T, Cfg, kExtras>(p, s, qb, warpgroup - 1, tid - arch::kWarpgroupThreads);
+#else
+  __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
+#endif
+}
+
+}  // namespace flash
