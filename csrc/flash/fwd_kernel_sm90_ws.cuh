@@ -150,6 +150,7 @@ struct WarpgroupTurns {
 };
 
 // One consumer warpgroup: 64 query rows of the block, the whole key walk, and their output.
+// group_tid: the thread's index within its warpgroup (0..127).
 template <typename T, typename Cfg, bool kExtras, typename QueryBlock>
 __device__ __forceinline__ void consume_fwd_tiles(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
                                                   int consumer, int group_tid) {
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return;
   }
   arch::claim_registers_to<Cfg::kConsumerRegs>();
-  consume_fwd_tiles<T, Cfg, kExtras>(p, s, qb, warpgroup - 1, tid - arch::kWarpgroupThreads);
+  consume_fwd_tiles<T, Cfg, kExtras>(p, s, qb, warpgroup - 1, tid % arch::kWarpgroupThreads);
 #else
   __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
 #endif
