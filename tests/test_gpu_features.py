@@ -1,9 +1,9 @@
 """The training API's options on the CUDA kernels: window, softcap, ALiBi, dropout, deterministic
 backward and varlen, alone and combined, forward and backward, against the fp32 reference with the
 tolerance rule (outputs poisoned with NaN before every kernel). Head dims 64 and 128 run the Hopper
-kernels on an H100/H200 (the warp-specialized forward, and the cp.async one with
-FLASH_ATTN_SM90_FWD=cpasync) and the sm80 ones with FLASH_ATTN_DISABLE_SM90=1; 96 runs the sm80
-kernels everywhere.
+kernels on an H100/H200 (each Hopper forward forced with FLASH_ATTN_SM90_FWD=ws or cpasync, and
+the default's choice) and the sm80 ones with FLASH_ATTN_DISABLE_SM90=1; 96 runs the sm80 kernels
+everywhere.
 
 The `sanitizer` tests are the ones scripts/gpu_check.sh also runs under compute-sanitizer memcheck:
 varlen batches whose cu_seqlens hold offsets past the tensors or out of order.
@@ -42,13 +42,13 @@ SEQLENS = [(113, 203), (203, 113), (256, 256), (1, 300), (1000, 1000)]
 def _kernels(monkeypatch, kernel):
     if kernel == "sm80":
         monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
-    if kernel == "cpasync":
-        monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "cpasync")
+    if kernel in ("ws", "cpasync"):
+        monkeypatch.setenv("FLASH_ATTN_SM90_FWD", kernel)
 
 
 @pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
-@pytest.mark.parametrize("headdim,kernel", [(64, "default"), (128, "default"), (96, "default"), (128, "sm80"),
-                                            (128, "cpasync")])
+@pytest.mark.parametrize("headdim,kernel", [(64, "default"), (64, "ws"), (128, "default"), (96, "default"),
+                                            (128, "sm80"), (128, "cpasync")])
 @pytest.mark.parametrize("name", OPTIONS)
 def test_option_dense(monkeypatch, name, headdim, kernel, seqlen_q, seqlen_k):
     require_kernel(torch.bfloat16, headdim)
@@ -71,8 +71,8 @@ VARLEN_LENGTHS = {  # name: (lengths_q, lengths_k)
 
 
 @pytest.mark.parametrize("lengths", VARLEN_LENGTHS)
-@pytest.mark.parametrize("headdim,kernel", [(64, "default"), (128, "default"), (96, "default"), (64, "sm80"),
-                                            (64, "cpasync")])
+@pytest.mark.parametrize("headdim,kernel", [(64, "default"), (64, "ws"), (128, "default"), (96, "default"),
+                                            (64, "sm80"), (128, "cpasync")])
 @pytest.mark.parametrize("name", ["plain", "causal", *OPTIONS])
 def test_option_varlen(monkeypatch, name, headdim, kernel, lengths):
     require_kernel(torch.bfloat16, headdim)
@@ -160,11 +160,14 @@ def test_deterministic_backward_is_bitwise_reproducible(monkeypatch, case):
             assert torch.equal(g, g0), f"{name} differs between runs"
 
 
-def test_sanitizer_varlen_offsets_past_the_tensors():
+@pytest.mark.parametrize("forward", ["ws", "cpasync"])
+def test_sanitizer_varlen_offsets_past_the_tensors(monkeypatch, forward):
     """cu_seqlens pointing past total_q / total_k and out of order: the kernels clamp every
     sequence to the tensors' rows, so nothing outside q, k, v, out, lse is read or written (memcheck
-    in gpu_check.sh) and the result is finite where a sequence lies inside the tensors."""
+    in gpu_check.sh) and the result is finite where a sequence lies inside the tensors. Both Hopper
+    forwards: the TMA one's boxes stop at the tensors' extent, its epilogue at the sequence's."""
     require_kernel(torch.bfloat16, 64)
+    _kernels(monkeypatch, forward)
     total_q, total_k = 200, 150
     q = torch.randn(total_q, 4, 64, dtype=torch.bfloat16, device="cuda", requires_grad=True)
     k, v = (torch.randn(total_k, 2, 64, dtype=torch.bfloat16, device="cuda", requires_grad=True) for _ in range(2))
@@ -177,8 +180,10 @@ def test_sanitizer_varlen_offsets_past_the_tensors():
     assert torch.isfinite(q.grad[:100]).all() and torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
 
 
+@pytest.mark.parametrize("forward", ["ws", "cpasync"])
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_sanitizer_varlen_lengths_zero_and_one(deterministic):
+def test_sanitizer_varlen_lengths_zero_and_one(monkeypatch, deterministic, forward):
+    _kernels(monkeypatch, forward)
     check_varlen(Mods(causal=True, window_size=(7, 3), softcap=5.0, alibi="batch", dropout_p=0.1,
                       deterministic=deterministic), [0, 1, 33, 0, 70], [1, 0, 40, 5, 65], 4, 2, 64,
                  torch.bfloat16, "cuda")

@@ -3,7 +3,7 @@
 backend, on BENCHMARKS.md's training shapes (bf16, hidden 2048, batch x seqlen = 16k), plus the cost
 of dropout 0.1 on each kernel. First checks that the two kernels agree on every shape.
 
-    python benchmarks/experiments/fwd_pipeline_ab.py [--headdims 64,128] [--seqlens 512,2048,8192,16384]
+    python benchmarks/experiments/fwd_pipeline_ab.py [--headdims 64,128] [--seqlens 512,2048,4096,8192,16384]
 
 Prints a markdown table: TFLOP/s (causal counts half the FLOPs) and the ratios.
 """
@@ -59,7 +59,7 @@ def row(headdim, seqlen, causal):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--headdims", default="64,128")
-    parser.add_argument("--seqlens", default="512,2048,8192,16384")
+    parser.add_argument("--seqlens", default="512,2048,4096,8192,16384")
     args = parser.parse_args()
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "cudnn", torch.backends.cudnn.version())
     print("| hd | seqlen | causal | ws TFLOP/s | cp.async | cuDNN | ws / cp.async | ws / cuDNN | cp.async / cuDNN "

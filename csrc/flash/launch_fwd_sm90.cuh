@@ -40,10 +40,17 @@ struct FwdSm90Tile<128> {
 };
 
 // Head dims with a warp-specialized forward (fwd_kernel_sm90_ws.cuh): FwdWsConfig<hd, keys per
-// step, consumer warpgroups, ring slots>. Starting points from FA3 / ThunderKittens
-// (../shared/docs/HOPPER_ANCHORS.md), to be replaced by a sweep: hd 128 two consumers of 64 rows,
-// 128-key steps, two slots (Q + 2 x 2 x 32 KB = 160 KB); hd 64 three consumers (the softmax weighs
-// twice as much against the MMAs as at hd 128), three slots (120 KB).
+// step, consumer warpgroups, ring slots>, from a sweep on H200 (benchmarks/NOTES.md v9, bf16,
+// hidden 2048, 16k tokens, forward ms):
+//   hd 128: 128-key steps, two consumers, two slots: 0.167 / 0.459 / 1.648 / 3.331 ms at 512 / 2k
+//     / 8k / 16k non-causal. Three slots: the same within 2%. 192-key steps: 3-6% faster from 8k
+//     but 19% slower at 512; 160: between; 64: 15-20% slower.
+//   hd 64: three consumers of 64 rows, 128-key steps, two slots: 0.604 / 2.028 / 4.006 ms at 2k /
+//     8k / 16k non-causal, 1.228 / 2.238 at 8k / 16k causal (three slots within 2%; two consumers
+//     or 64-key steps 10-30% slower). On short walks the cp.async kernel, two or three CTAs per SM,
+//     stays ahead (512 non-causal 0.227 vs 0.237 ms; causal 0.163 vs 0.229 at 512, 0.431 vs 0.473
+//     at 2k): one CTA per SM cannot hide its prologue and epilogue. `preferred` says where the
+//     warp-specialized kernel runs by default.
 template <int kHeadDim>
 struct FwdWsTile {
   static constexpr bool kAvailable = false;
@@ -51,19 +58,25 @@ struct FwdWsTile {
 template <>
 struct FwdWsTile<64> {
   static constexpr bool kAvailable = true;
-  using type = FwdWsConfig<64, 128, 3, 3>;
+  using type = FwdWsConfig<64, 128, 3, 2>;
+  static bool preferred(const FwdParams& p) { return p.shape.seqlen_k >= (p.causal ? 4096 : 2048); }
 };
 template <>
 struct FwdWsTile<128> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<128, 128, 2, 2>;
+  static bool preferred(const FwdParams&) { return true; }
 };
 
-// FLASH_ATTN_SM90_FWD=cpasync selects the cp.async kernel where the warp-specialized one exists
-// (read per call: the tests and the A/B benchmarks switch it).
-inline bool warp_specialized_fwd_enabled() {
+// FLASH_ATTN_SM90_FWD picks the Hopper forward where both exist: "ws" the warp-specialized one,
+// "cpasync" the other, unset FwdWsTile::preferred (read per call: the tests and the A/B benchmarks
+// switch it).
+template <int kHeadDim>
+bool warp_specialized_fwd_chosen(const FwdParams& p) {
   const char* choice = std::getenv("FLASH_ATTN_SM90_FWD");
-  return choice == nullptr || std::strcmp(choice, "cpasync") != 0;
+  if (choice != nullptr && std::strcmp(choice, "ws") == 0) return true;
+  if (choice != nullptr && std::strcmp(choice, "cpasync") == 0) return false;
+  return FwdWsTile<kHeadDim>::preferred(p);
 }
 
 // The TMA views of q, k and v: dense (batch, seqlen, heads, headdim), varlen one batch of the packed
@@ -88,7 +101,8 @@ cudaError_t try_run_fwd_sm90_ws(const FwdParams& params, cudaStream_t stream, bo
   if constexpr (FwdWsTile<kHeadDim>::kAvailable) {
     using Cfg = typename FwdWsTile<kHeadDim>::type;
     FwdTensorMaps maps;
-    if (!warp_specialized_fwd_enabled() || !make_fwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
+    if (!warp_specialized_fwd_chosen<kHeadDim>(params)) return cudaSuccess;
+    if (!make_fwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
     launched = true;
     return launch_over_query_blocks<Cfg>(fwd_kernel_sm90_ws<T, Cfg, kExtras>, params, stream, maps);
   }
