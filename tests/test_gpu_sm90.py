@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import flash_attn
+from feature_checks import Mods, check_dense
 from helpers import GPU_TEST_MARKS, check_flash_attn, require_kernel
 
 pytestmark = GPU_TEST_MARKS
@@ -99,3 +100,31 @@ def test_sm90_forwards(monkeypatch, forward, dtype, headdim, seqlen_q, seqlen_k,
     require_kernel(dtype, headdim)
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD", forward)
     check_flash_attn(2, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, causal, "cuda")
+
+
+# (headdim, batch, seqlen, nheads, nheads_k): 300-1000 query tiles, more than any GPU's SMs, so each CTA
+# of the persistent grid walks several tiles and the rings and Q's barrier go through many phases.
+PERSISTENT_CASES = [(128, 4, 1000, 16, 4), (64, 3, 777, 32, 8), (128, 2, 2048, 24, 24)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("headdim,batch,seqlen,nheads,nheads_k", PERSISTENT_CASES)
+@pytest.mark.parametrize("grid", ["default", "tiles"])
+def test_ws_forward_walks_many_tiles(monkeypatch, grid, dtype, headdim, batch, seqlen, nheads, nheads_k):
+    """The warp-specialized forward on non-causal dense shapes, where its default grid is persistent,
+    against the reference; and the same with one CTA per tile (FLASH_ATTN_SM90_FWD_GRID=tiles)."""
+    require_kernel(dtype, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD_GRID", grid)
+    check_flash_attn(batch, seqlen, seqlen, nheads, nheads_k, headdim, dtype, False, "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim", [64, 128])
+def test_ws_forward_persistent_with_options(monkeypatch, headdim):
+    """The persistent grid on the options kernel: dropout and softcap (the tiles still all have the same
+    work), against the reference with the keep mask of return_attn_probs."""
+    require_kernel(torch.bfloat16, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    check_dense(Mods(softcap=20.0, dropout_p=0.15), 3, 900, 900, 16, 8, headdim, torch.bfloat16, "cuda")

@@ -180,10 +180,8 @@ void sweep_fwd_ws(const char* name, const Problem& pb, const Buffers& b, bool fi
     std::printf("%s: no tensor maps\n", name);
     return;
   }
-  auto kernel = flash::fwd_kernel_sm90_ws<T, Cfg, false>;
-  CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-  const dim3 grid(flash::ceil_div(pb.seqlen, Cfg::kBlockM), pb.heads, pb.batch);
-  const float ms = median_ms([&] { kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p.fwd, maps); });
+  const float ms =
+      median_ms([&] { CUDA_OK(flash::launch_over_query_tiles<Cfg>(flash::fwd_kernel_sm90_ws<T, Cfg, false>, p.fwd, maps, 0)); });
   const int64_t n = (int64_t)pb.batch * pb.seqlen * pb.heads * pb.headdim;
   auto out = download(b.out, n, false);
   if (first) reference_out = out;

@@ -10,6 +10,13 @@
 //   Ping-pong: the consumers issue their MMAs in turn (WarpgroupTurns), so while one warpgroup runs
 //     its softmax the tensor core works on the other's MMAs rather than both softmaxes meeting
 //     at the exponential unit at once.
+//   Tiles: a CTA walks query tiles (FwdQueryBlock::of_tile) tile = blockIdx.x, + gridDim.x, ...:
+//     one tile per CTA where the launcher gives every tile its own CTA (causal, windows, varlen:
+//     the hardware hands heavy tiles out first and balances them), or a persistent grid of one CTA
+//     per SM where every tile has the same work. Across tiles the rings keep turning; Q has its own
+//     full/empty pair, released after a tile's last S, so the producer loads the next tile's Q and
+//     first K while the math warpgroups finish the last P.V and the epilogue, which stages O in
+//     its own shared-memory tile.
 // Mask, score modifiers, dropout, softmax and the sequence view are the pieces the other kernels
 // use. Varlen: a TMA box cannot stop at a sequence's end, so K/V rows past it are the next
 // sequence's (or zeros past the tensor); the mask gives their scores probability 0, as with the
@@ -49,14 +56,16 @@ struct FwdWsConfig {
                 "register file");
   using QTile = arch::SwizzledTile<kBlockM, kHeadDim>;
   using KVTile = arch::SwizzledTile<kBlockN, kHeadDim>;
-  static constexpr int kBarrierOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;
-  static constexpr int kBarriers = 1 + 4 * kStages;  // Q full; K full / empty; V full / empty
+  static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, a QTile
+  static constexpr int kBarrierOffset = kOOffset + QTile::kBytes;
+  static constexpr int kBarriers = 2 + 4 * kStages;  // Q full / empty; K full / empty; V full / empty
+  static constexpr int kConsumerThreads = kConsumers * arch::kWarpgroupThreads;
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
   static_assert(kBlockN % 16 == 0 && kHeadDim % 64 == 0, "whole wgmma k-steps and 64-column TMA boxes");
   static_assert(kBlockM <= 256 && kBlockN <= 256, "TMA boxes hold at most 256 rows");
 };
 
-// Shared memory: Q, the K ring, the V ring (all 1024-byte aligned), then the mbarriers.
+// Shared memory: Q, the K ring, the V ring, O (all 1024-byte aligned), then the mbarriers.
 template <typename Cfg>
 struct FwdWsSmem {
   char* base;
@@ -64,18 +73,21 @@ struct FwdWsSmem {
   __device__ __forceinline__ char* q() const { return base; }
   __device__ __forceinline__ char* k(int slot) const { return base + Cfg::QTile::kBytes + slot * Cfg::KVTile::kBytes; }
   __device__ __forceinline__ char* v(int slot) const { return k(Cfg::kStages + slot); }
+  __device__ __forceinline__ char* o() const { return base + Cfg::kOOffset; }
   __device__ __forceinline__ uint64_t* barrier(int index) const {
     return reinterpret_cast<uint64_t*>(base + Cfg::kBarrierOffset) + index;
   }
   __device__ __forceinline__ uint64_t* q_full() const { return barrier(0); }
-  __device__ __forceinline__ uint64_t* k_full(int slot) const { return barrier(1 + slot); }
-  __device__ __forceinline__ uint64_t* k_empty(int slot) const { return barrier(1 + Cfg::kStages + slot); }
-  __device__ __forceinline__ uint64_t* v_full(int slot) const { return barrier(1 + 2 * Cfg::kStages + slot); }
-  __device__ __forceinline__ uint64_t* v_empty(int slot) const { return barrier(1 + 3 * Cfg::kStages + slot); }
+  __device__ __forceinline__ uint64_t* q_empty() const { return barrier(1); }
+  __device__ __forceinline__ uint64_t* k_full(int slot) const { return barrier(2 + slot); }
+  __device__ __forceinline__ uint64_t* k_empty(int slot) const { return barrier(2 + Cfg::kStages + slot); }
+  __device__ __forceinline__ uint64_t* v_full(int slot) const { return barrier(2 + 2 * Cfg::kStages + slot); }
+  __device__ __forceinline__ uint64_t* v_empty(int slot) const { return barrier(2 + 3 * Cfg::kStages + slot); }
 
   // One thread, before any other touches them.
   __device__ __forceinline__ void init_barriers() const {
     arch::mbarrier_init(q_full(), 1);
+    arch::mbarrier_init(q_empty(), Cfg::kConsumers);
     for (int slot = 0; slot < Cfg::kStages; ++slot) {
       arch::mbarrier_init(k_full(slot), 1);
       arch::mbarrier_init(v_full(slot), 1);
@@ -100,19 +112,22 @@ struct FwdTensorMaps {
   arch::TensorMap q, k, v;
 };
 
-// The producer thread: Q, then K[0], then K[i+1] and V[i] for each step i.
+// The producer thread, per tile: Q once its slot is free, then K[0], then K[i+1] and V[i] for each
+// step i. `ring` counts the key blocks of the earlier tiles (the rings' positions), tile_parity the
+// tiles with keys (Q's phase).
 template <typename Cfg, typename QueryBlock>
-__device__ __forceinline__ void produce_fwd_tiles(const FwdWsSmem<Cfg>& s, const FwdTensorMaps& maps,
-                                                  const QueryBlock& qb) {
+__device__ __forceinline__ void produce_fwd_tile(const FwdWsSmem<Cfg>& s, const FwdTensorMaps& maps,
+                                                 const QueryBlock& qb, int ring, uint32_t tile_parity) {
   using KVTile = typename Cfg::KVTile;
   const int batch = qb.seq.batch_index, n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
   const int q_row = static_cast<int>(qb.seq.q_row0) + qb.m0, k_row0 = static_cast<int>(qb.seq.k_row0);
+  arch::mbarrier_wait_parity(s.q_empty(), tile_parity ^ 1);
   arch::mbarrier_arrive_expect_bytes(s.q_full(), Cfg::QTile::kBytes);
   arch::tma_load_swizzled_tile<Cfg::kBlockM, Cfg::kHeadDim>(s.q(), &maps.q, q_row, qb.head, batch, s.q_full());
   // Waits for the slot's previous occupant to be released (a fresh barrier counts as released:
   // the wait for the phase before its first one returns at once), then loads block i of K or V.
   auto load = [&](bool is_v, int i) {
-    const RingPosition<Cfg::kStages> at(i);
+    const RingPosition<Cfg::kStages> at(ring + i);
     arch::mbarrier_wait_parity(is_v ? s.v_empty(at.slot) : s.k_empty(at.slot), at.parity ^ 1);
     uint64_t* full = is_v ? s.v_full(at.slot) : s.k_full(at.slot);
     arch::mbarrier_arrive_expect_bytes(full, KVTile::kBytes);
@@ -130,8 +145,9 @@ __device__ __forceinline__ void produce_fwd_tiles(const FwdWsSmem<Cfg>& s, const
 
 // The consumers take turns at issuing their MMAs: warpgroup c waits on named barrier 1 + c, which
 // warpgroup c - 1 (cyclically) arrives on once it has issued. Every warpgroup of a CTA runs the
-// same number of rounds; the last one's first arrive starts warpgroup 0 and it skips its final
-// one, so every barrier phase gets exactly its 2 x 128 threads.
+// same number of rounds (the same tiles); the last one's arrive at `start` lets warpgroup 0 begin,
+// and warpgroup 0's wait at `finish` takes the last one's final arrive, so every barrier phase
+// gets exactly its 2 x 128 threads.
 template <int kConsumers>
 struct WarpgroupTurns {
   int consumer;
@@ -141,31 +157,32 @@ struct WarpgroupTurns {
     if (consumer == kConsumers - 1) arch::named_barrier_arrive(1, kThreads);
   }
   __device__ __forceinline__ void wait() const { arch::named_barrier_sync(1 + consumer, kThreads); }
-  __device__ __forceinline__ void pass(bool last_round) const {
-    if (!(last_round && consumer == kConsumers - 1))
-      arch::named_barrier_arrive(1 + (consumer + 1) % kConsumers, kThreads);
+  __device__ __forceinline__ void pass() const { arch::named_barrier_arrive(1 + (consumer + 1) % kConsumers, kThreads); }
+  __device__ __forceinline__ void finish() const {
+    if (consumer == 0) wait();
   }
   // Barrier ids after the turns' ones: one per consumer for its own epilogue.
   __device__ __forceinline__ int own_barrier() const { return 1 + kConsumers + consumer; }
 };
 
-// One consumer warpgroup: 64 query rows of the block, the whole key walk, and their output.
-// group_tid: the thread's index within its warpgroup (0..127).
+// One consumer warpgroup on one tile: 64 query rows of the block, the whole key walk, and their
+// output. group_tid: the thread's index within its warpgroup (0..127); ring and tile_parity as
+// for the producer.
 template <typename T, typename Cfg, bool kExtras, typename QueryBlock>
-__device__ __forceinline__ void consume_fwd_tiles(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
-                                                  int consumer, int group_tid) {
+__device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
+                                                 const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid,
+                                                 int ring, uint32_t tile_parity) {
   constexpr int kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim, kStages = Cfg::kStages;
   constexpr int kScoreNT = kBlockN / 8, kHeadNT = kHeadDim / 8;
   const int lane = group_tid % arch::kWarpSize, warp_in_group = group_tid / arch::kWarpSize;
   const bool releases = group_tid == 0;  // the thread that hands this warpgroup's slots back
-  const int group_row0 = consumer * 64;
-  const int warp_row0 = group_row0 + warp_in_group * 16;
   const int m0 = qb.m0, rows_q = qb.rows_q;
   const int n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
   const AttentionMask& mask = qb.mask;
   const ScoreMod mod = qb.template score_mod<kExtras>(p);
   const Dropout dropout = qb.template dropout<kExtras>(p);
-  const WarpgroupTurns<Cfg::kConsumers> turns{consumer};
+  const int group_row0 = turns.consumer * 64;
+  const int warp_row0 = group_row0 + warp_in_group * 16;
 
   float acc[1][kHeadNT][4];  // O rows of this warp: 16 x head dim
   arch::zero_accumulators(acc);
@@ -182,34 +199,36 @@ __device__ __forceinline__ void consume_fwd_tiles(const FwdParams& p, const FwdW
     arch::wgmma_wait<0>();
     arch::wgmma_fence_operand(acc[0]);
     arch::wgmma_fence_operand(probs);
-    if (releases && i >= 2) arch::mbarrier_arrive(s.v_empty(RingPosition<kStages>(i - 2).slot));
+    if (releases && i >= 2) arch::mbarrier_arrive(s.v_empty(RingPosition<kStages>(ring + i - 2).slot));
     OnlineSoftmax<1>::rescale_output(acc, rescale);
     arch::accumulators_to_a_fragments<T>(probs, scores);
     if (dropout.enabled) drop_packed_probs(probs, drop_bytes, dropout.keep_threshold);
   };
 
-  turns.start();
-  arch::mbarrier_wait_parity(s.q_full(), 0);
+  arch::mbarrier_wait_parity(s.q_full(), tile_parity);
   // Step i handles key block n_last - i. Step 0 has no P.V: a separate instantiation (see
   // fwd_kernel_sm90.cuh: a conditional issue makes ptxas serialize every wgmma).
   auto step = [&](auto is_first, int i) {
     constexpr bool kFirst = decltype(is_first)::value;
     const int n_block = n_last - i;
-    const RingPosition<kStages> at(i);
+    const RingPosition<kStages> at(ring + i);
     if constexpr (!kFirst) retire_and_convert(i);
     arch::mbarrier_wait_parity(s.k_full(at.slot), at.parity);
     if constexpr (!kFirst) {
-      const RingPosition<kStages> previous(i - 1);
+      const RingPosition<kStages> previous(ring + i - 1);
       arch::mbarrier_wait_parity(s.v_full(previous.slot), previous.parity);
     }
     turns.wait();
     issue_scores_sm90<T, Cfg>(scores, s.q(), s.k(at.slot), group_row0);
-    if constexpr (!kFirst) issue_output_sm90<T, Cfg>(acc, probs, s.v(RingPosition<kStages>(i - 1).slot));
-    turns.pass(false);
+    if constexpr (!kFirst) issue_output_sm90<T, Cfg>(acc, probs, s.v(RingPosition<kStages>(ring + i - 1).slot));
+    turns.pass();
     if (dropout.enabled) drop_bytes = dropout_bytes_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     arch::wgmma_wait<kFirst ? 0 : 1>();  // S is done; P.V[i-1] may still run, under the softmax
     arch::wgmma_fence_operand(scores[0]);
-    if (releases) arch::mbarrier_arrive(s.k_empty(at.slot));
+    if (releases) {
+      arch::mbarrier_arrive(s.k_empty(at.slot));
+      if (i == n_blocks - 1) arch::mbarrier_arrive(s.q_empty());  // the tile's last S: Q is free
+    }
     const int n0 = n_block * kBlockN;
     scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod, !mask.block_fully_visible(m0, rows_q, n0, kBlockN),
                                              m0 + warp_row0, n0, lane);
@@ -219,13 +238,14 @@ __device__ __forceinline__ void consume_fwd_tiles(const FwdParams& p, const FwdW
   step(std::true_type{}, 0);
   for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
   retire_and_convert(n_blocks);
-  const RingPosition<kStages> last(n_blocks - 1);
+  const RingPosition<kStages> last(ring + n_blocks - 1);
   arch::mbarrier_wait_parity(s.v_full(last.slot), last.parity);
   turns.wait();
   issue_output_sm90<T, Cfg>(acc, probs, s.v(last.slot));
-  turns.pass(true);
+  turns.pass();
   arch::wgmma_wait<0>();
   arch::wgmma_fence_operand(acc[0]);
+  if (releases) arch::mbarrier_arrive(s.v_empty(last.slot));
 
   float row_lse[1][2];
   softmax.finalize(acc, p.logit_scale, dropout.keep_scale, row_lse);
@@ -237,12 +257,13 @@ __device__ __forceinline__ void consume_fwd_tiles(const FwdParams& p, const FwdW
       if (row < rows_q) lse[row] = row_lse[0][h];
     }
   }
-  // Epilogue: O through this warpgroup's own rows of the Q tile (only its S MMAs read them, and
-  // they are done), then coalesced 16-byte stores.
-  arch::store_accumulators_swizzled<typename Cfg::QTile, kHeadNT, T>(s.q(), warp_row0, acc, lane);
+  // Epilogue: O through this warpgroup's rows of the O tile, once its copy-out of the previous
+  // tile is done, then coalesced 16-byte stores.
+  arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
+  arch::store_accumulators_swizzled<typename Cfg::QTile, kHeadNT, T>(s.o(), warp_row0, acc, lane);
   arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
   arch::copy_swizzled_rows_to_global<typename Cfg::QTile, 64, kHeadDim, arch::kWarpgroupThreads>(
-      qb.template out<T>(p), p.out.row_stride, s.q(), group_row0, rows_q, p.shape.headdim, group_tid);
+      qb.template out<T>(p), p.out.row_stride, s.o(), group_row0, rows_q, p.shape.headdim, group_tid);
 }
 
 // kExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
@@ -250,11 +271,11 @@ template <typename T, typename Cfg, bool kExtras>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90_ws(const __grid_constant__ FwdParams p, const __grid_constant__ FwdTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using QueryBlock = FwdQueryBlock<Cfg::kBlockM, Cfg::kBlockN>;
   const FwdWsSmem<Cfg> s{reinterpret_cast<char*>(arch::swizzle_aligned_dynamic_smem())};
   const int tid = threadIdx.x, warpgroup = tid / arch::kWarpgroupThreads;
+  const int tiles = query_tile_count<Cfg::kBlockM>(p);
   record_rng_state(p.dropout, tid);
-  const auto qb = FwdQueryBlock<Cfg::kBlockM, Cfg::kBlockN>::template current<kExtras>(p);
-  if (qb.template done_without_keys<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
   if (tid == 0) {
     arch::prefetch_tensor_map(&maps.q);
     arch::prefetch_tensor_map(&maps.k);
@@ -262,13 +283,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     s.init_barriers();
   }
   __syncthreads();  // the barriers are initialized; the last CTA-wide barrier
+  // Both roles walk the same tiles and skip the same ones: no queries, or (consumers write those
+  // rows) no keys.
+  int ring = 0;
+  uint32_t tile_parity = 0;
   if (warpgroup == 0) {
     arch::release_registers_to<Cfg::kProducerRegs>();
-    if (tid == 0) produce_fwd_tiles<Cfg>(s, maps, qb);
+    if (tid != 0) return;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const auto qb = QueryBlock::template of_tile<kExtras>(p, tile);
+      if (qb.rows_q <= 0 || qb.key_blocks() == 0) continue;
+      produce_fwd_tile<Cfg>(s, maps, qb, ring, tile_parity);
+      ring += qb.key_blocks();
+      tile_parity ^= 1;
+    }
     return;
   }
   arch::claim_registers_to<Cfg::kConsumerRegs>();
-  consume_fwd_tiles<T, Cfg, kExtras>(p, s, qb, warpgroup - 1, tid % arch::kWarpgroupThreads);
+  const WarpgroupTurns<Cfg::kConsumers> turns{warpgroup - 1};
+  turns.start();
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const auto qb = QueryBlock::template of_tile<kExtras>(p, tile);
+    if (qb.rows_q <= 0) continue;
+    if (qb.key_blocks() == 0) {
+      qb.template write_rows_without_keys<T, Cfg::kHeadDim, Cfg::kConsumerThreads>(p, tid - arch::kWarpgroupThreads);
+      continue;
+    }
+    consume_fwd_tile<T, Cfg, kExtras>(p, s, qb, turns, tid % arch::kWarpgroupThreads, ring, tile_parity);
+    ring += qb.key_blocks();
+    tile_parity ^= 1;
+  }
+  turns.finish();
 #else
   __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
 #endif

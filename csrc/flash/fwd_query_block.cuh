@@ -31,11 +31,26 @@ struct FwdQueryBlock {
   // kExtras: the kernel variant that serves varlen, windows, score modifiers and dropout.
   template <bool kExtras>
   __device__ __forceinline__ static FwdQueryBlock current(const FwdParams& p) {
+    // heaviest causal blocks are scheduled first
+    return at<kExtras>(p, gridDim.x - 1 - blockIdx.x, blockIdx.y, blockIdx.z);
+  }
+
+  // Query blocks in the order of a 1-d grid or a persistent CTA's walk (query_tile_count tiles):
+  // the blocks of one (head, batch) together, the heaviest causal ones first, as `current` does.
+  template <bool kExtras>
+  __device__ __forceinline__ static FwdQueryBlock of_tile(const FwdParams& p, int tile) {
+    const int m_blocks = ceil_div(p.shape.seqlen_q, kBlockM);
+    const int rest = tile / m_blocks;
+    return at<kExtras>(p, m_blocks - 1 - tile % m_blocks, rest % p.shape.heads, rest / p.shape.heads);
+  }
+
+  template <bool kExtras>
+  __device__ __forceinline__ static FwdQueryBlock at(const FwdParams& p, int m_block, int head, int batch) {
     FwdQueryBlock b;
-    b.seq = SequenceView::of<kExtras>(p, blockIdx.z);
-    b.head = blockIdx.y;
+    b.seq = SequenceView::of<kExtras>(p, batch);
+    b.head = head;
     b.head_k = b.head / (p.shape.heads / p.shape.heads_k);
-    b.m0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;  // heaviest causal blocks are scheduled first
+    b.m0 = m_block * kBlockM;
     b.rows_q = min(kBlockM, b.seq.seqlen_q - b.m0);
     b.mask = AttentionMask::of<kExtras>(b.seq.seqlen_q, b.seq.seqlen_k, p.window);
     b.n_begin = 0;
@@ -73,21 +88,33 @@ struct FwdQueryBlock {
   __device__ __forceinline__ bool done_without_keys(const FwdParams& p, int tid) const {
     if (rows_q <= 0) return true;
     if (key_blocks() > 0) return false;
+    write_rows_without_keys<T, kHeadDim, kThreads>(p, tid);
+    return true;
+  }
+
+  // Output zeros and lse +inf for the block's queries (by kThreads threads).
+  template <typename T, int kHeadDim, int kThreads>
+  __device__ __forceinline__ void write_rows_without_keys(const FwdParams& p, int tid) const {
     zero_tile<kBlockM, kHeadDim, kThreads>(out<T>(p), p.out.row_stride, rows_q, p.shape.headdim, tid);
     float* row_lse = lse(p);
     for (int row = tid; row < rows_q; row += kThreads) row_lse[row] = INFINITY;
-    return true;
   }
 };
 
+// Tiles of a forward over (query blocks, heads, batch): FwdQueryBlock::of_tile's range.
+template <int kBlockM>
+__host__ __device__ inline int query_tile_count(const FwdParams& p) {
+  return ceil_div(p.shape.seqlen_q, kBlockM) * p.shape.heads * p.shape.batch;
+}
+
 // Launches a forward kernel over the grid FwdQueryBlock reads: one CTA per query block, head and
-// batch, with Cfg::kSmemBytes of dynamic shared memory opted in; `more` follow the params.
-template <typename Cfg, typename Kernel, typename... More>
-cudaError_t launch_over_query_blocks(Kernel kernel, const FwdParams& params, cudaStream_t stream, const More&... more) {
+// batch, with Cfg::kSmemBytes of dynamic shared memory opted in.
+template <typename Cfg, typename Kernel>
+cudaError_t launch_over_query_blocks(Kernel kernel, const FwdParams& params, cudaStream_t stream) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(ceil_div(params.shape.seqlen_q, Cfg::kBlockM), params.shape.heads, params.shape.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params, more...);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
   return cudaGetLastError();
 }
 

@@ -2,6 +2,8 @@
 // where launch_sm90.cuh says it can run.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -79,6 +81,44 @@ bool warp_specialized_fwd_chosen(const FwdParams& p) {
   return FwdWsTile<kHeadDim>::preferred(p);
 }
 
+// Streaming multiprocessors of `device`, queried once per device.
+inline cudaError_t multiprocessor_count(int device, int& count) {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> known[kCachedDevices];
+  if (device < kCachedDevices && known[device] > 0) {
+    count = known[device];
+    return cudaSuccess;
+  }
+  const cudaError_t err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess && device < kCachedDevices) known[device] = count;
+  return err;
+}
+
+// Launches the warp-specialized forward over its query tiles. Where every tile has the same work
+// (dense, no causal mask or window) one CTA per SM walks them (persistent: each CTA's producer
+// loads the next tile under the current one's last MMAs and epilogue); otherwise one CTA per tile,
+// heaviest first, and the hardware balances them. FLASH_ATTN_SM90_FWD_GRID=tiles forces the latter
+// (tests, A/B measurements).
+template <typename Cfg, typename Kernel>
+cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, const FwdTensorMaps& maps,
+                                    cudaStream_t stream) {
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const int tiles = query_tile_count<Cfg::kBlockM>(params);
+  const char* grid_choice = std::getenv("FLASH_ATTN_SM90_FWD_GRID");
+  const bool equal_tiles = params.varlen.cu_seqlens_q == nullptr && params.window.left < 0 && params.window.right < 0;
+  int grid = tiles;
+  if (equal_tiles && !(grid_choice != nullptr && std::strcmp(grid_choice, "tiles") == 0)) {
+    int device = 0, sms = 0;
+    err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = multiprocessor_count(device, sms);
+    if (err != cudaSuccess) return err;
+    grid = std::min(tiles, sms);
+  }
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params, maps);
+  return cudaGetLastError();
+}
+
 // The TMA views of q, k and v: dense (batch, seqlen, heads, headdim), varlen one batch of the packed
 // rows. False when the driver cannot describe them; the caller then runs the cp.async kernel.
 template <typename Cfg>
@@ -104,7 +144,7 @@ cudaError_t try_run_fwd_sm90_ws(const FwdParams& params, cudaStream_t stream, bo
     if (!warp_specialized_fwd_chosen<kHeadDim>(params)) return cudaSuccess;
     if (!make_fwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
     launched = true;
-    return launch_over_query_blocks<Cfg>(fwd_kernel_sm90_ws<T, Cfg, kExtras>, params, stream, maps);
+    return launch_over_query_tiles<Cfg>(fwd_kernel_sm90_ws<T, Cfg, kExtras>, params, maps, stream);
   }
   return cudaSuccess;
 }
