@@ -49,10 +49,12 @@ struct FwdSm90Tile<128> {
 //     but 19% slower at 512; 160: between; 64: 15-20% slower.
 //   hd 64: three consumers of 64 rows, 128-key steps, two slots: 0.604 / 2.028 / 4.006 ms at 2k /
 //     8k / 16k non-causal, 1.228 / 2.238 at 8k / 16k causal (three slots within 2%; two consumers
-//     or 64-key steps 10-30% slower). On short walks the cp.async kernel, two or three CTAs per SM,
-//     stays ahead (512 non-causal 0.227 vs 0.237 ms; causal 0.163 vs 0.229 at 512, 0.431 vs 0.473
-//     at 2k): one CTA per SM cannot hide its prologue and epilogue. `preferred` says where the
-//     warp-specialized kernel runs by default.
+//     or 64-key steps 10-30% slower). With one CTA per tile the cp.async kernel, two or three CTAs
+//     per SM, stayed ahead on short walks (512 non-causal 0.227 vs 0.237 ms): one CTA per SM left
+//     each tile's prologue and epilogue exposed. The persistent grid (non-causal) overlaps them:
+//     316 vs 304 TFLOP/s at 512 (fwd_ab_persistent.md). Causal tiles still get one CTA each, and
+//     there the cp.async kernel wins below 4k keys (2k: 303 vs 265 TFLOP/s; 4k: 328 vs 341).
+//     `preferred` says where the warp-specialized kernel runs by default.
 template <int kHeadDim>
 struct FwdWsTile {
   static constexpr bool kAvailable = false;
@@ -61,7 +63,7 @@ template <>
 struct FwdWsTile<64> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<64, 128, 3, 2>;
-  static bool preferred(const FwdParams& p) { return p.shape.seqlen_k >= (p.causal ? 4096 : 2048); }
+  static bool preferred(const FwdParams& p) { return p.shape.seqlen_k >= (p.causal ? 4096 : 512); }
 };
 template <>
 struct FwdWsTile<128> {
