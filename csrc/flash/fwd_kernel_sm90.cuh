@@ -100,6 +100,76 @@ __device__ __forceinline__ void issue_output_sm90(float (&acc)[1][Cfg::kHeadDim 
   arch::wgmma_commit();
 }
 
+// One warp's 16 query rows of a Hopper forward (both kernels): O, the online softmax, S / P of the
+// latest block and dropout's bytes for it, and the steps the kernels take on them between MMAs.
+template <typename T, typename Cfg>
+struct Sm90ForwardRows {
+  static constexpr int kScoreNT = Cfg::kBlockN / 8, kHeadNT = Cfg::kHeadDim / 8;
+  float acc[1][kHeadNT][4];  // O rows of this warp: 16 x head dim
+  OnlineSoftmax<1> softmax;
+  float scores[1][kScoreNT][4];             // S rows of this warp (16 x kBlockN), then P until converted
+  float rescale[1][2];                      // O's pending rescale from the latest softmax
+  uint32_t probs[1][Cfg::kBlockN / 16][4];  // P of the previous block, the A operand of its P.V
+  DropoutBytes<1, kScoreNT> drop_bytes;     // dropout's random bytes of the latest block
+
+  __device__ __forceinline__ void init() {
+    arch::zero_accumulators(acc);
+    softmax.init();
+  }
+
+  // Waits for every wgmma group of the warpgroup (at step i: P.V[i-2]; S[i-1] is already done).
+  // The kernels do this at the start of step i rather than the end of step i-1: ptxas moves a
+  // wgmma wait to the top of its basic block, so at the end of step i-1 it would land before the
+  // softmax and serialize the exponentials after the P.V MMAs; the loop edge keeps them apart.
+  __device__ __forceinline__ void retire() {
+    arch::wgmma_wait<0>();
+    arch::wgmma_fence_operand(acc[0]);
+    arch::wgmma_fence_operand(probs);
+  }
+
+  // Rescales O for the latest block and converts its P to the A operand of its P.V (dropout
+  // zeroes the dropped entries there, two per instruction).
+  __device__ __forceinline__ void convert(const Dropout& dropout) {
+    OnlineSoftmax<1>::rescale_output(acc, rescale);
+    arch::accumulators_to_a_fragments<T>(probs, scores);
+    if (dropout.enabled) drop_packed_probs(probs, drop_bytes, dropout.keep_threshold);
+  }
+
+  // Waits until at most kPending wgmma groups run: S of the latest block is done.
+  template <int kPending>
+  __device__ __forceinline__ void wait_scores() {
+    arch::wgmma_wait<kPending>();
+    arch::wgmma_fence_operand(scores[0]);
+  }
+
+  // S of key block n_block for the warp's rows from m0 + row0 become probabilities: score
+  // modifiers, mask, online softmax.
+  __device__ __forceinline__ void scores_to_probs(const FwdParams& p, const AttentionMask& mask, const ScoreMod& mod,
+                                                  int m0, int rows_q, int row0, int n_block, int lane) {
+    const int n0 = n_block * Cfg::kBlockN;
+    scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod,
+                                             !mask.block_fully_visible(m0, rows_q, n0, Cfg::kBlockN), m0 + row0, n0,
+                                             lane);
+    softmax.update_probs(scores, p.logit_scale_log2, rescale);
+    arch::wgmma_fence_operand(scores[0]);
+  }
+
+  // After the last P.V: normalizes O (times dropout's 1 / keep_prob) and writes the lse of the
+  // warp's rows (row0.., relative to the block) below rows_q.
+  __device__ __forceinline__ void finalize(const FwdParams& p, float keep_scale, float* lse, int row0, int rows_q,
+                                           int lane) {
+    float row_lse[1][2];
+    softmax.finalize(acc, p.logit_scale, keep_scale, row_lse);
+    if (lane % 4 == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + arch::acc_row(lane, 2 * h);
+        if (row < rows_q) lse[row] = row_lse[0][h];
+      }
+    }
+  }
+};
+
 // kExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
 template <typename T, typename Cfg, bool kExtras>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm90(const FwdParams p) {
@@ -129,27 +199,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   load_kv_tile_sm90<Cfg>(s.k(0), k, p.k.row_stride, n_last, seqlen_k, headdim, tid);
   arch::cp_async_commit();
 
-  float acc[1][kHeadNT][4];  // O rows of this warp: 16 x head dim
-  arch::zero_accumulators(acc);
-  OnlineSoftmax<1> softmax;
-  softmax.init();
-  float scores[1][kScoreNT][4];        // S rows of this warp (16 x kBlockN), then P until converted
-  float rescale[1][2];                 // O's pending rescale from the latest softmax
-  uint32_t probs[1][kBlockN / 16][4];  // P of the previous block, the A operand of its P.V
-  DropoutBytes<1, kScoreNT> drop_bytes;  // dropout's random bytes of the latest block
-
-  // Retires P.V[i-2], then rescales O for block i-1 and converts P[i-1] for its P.V. This runs at
-  // the start of step i rather than the end of step i-1: ptxas moves a wgmma wait to the top of
-  // its basic block, so at the end of step i-1 it would land before the softmax and serialize the
-  // exponentials after the P.V MMAs; the loop edge keeps them apart.
-  auto retire_and_convert = [&]() {
-    arch::wgmma_wait<0>();
-    arch::wgmma_fence_operand(acc[0]);
-    arch::wgmma_fence_operand(probs);
-    OnlineSoftmax<1>::rescale_output(acc, rescale);
-    arch::accumulators_to_a_fragments<T>(probs, scores);
-    if (dropout.enabled) drop_packed_probs(probs, drop_bytes, dropout.keep_threshold);
-  };
+  Sm90ForwardRows<T, Cfg> rows;
+  rows.init();
 
   // Step i handles key block n_last - i; its K sits in slot i % 2, its V in slot i % 3.
   // Step 0 has no P.V to issue. It is a separate instantiation rather than a branch: with the P.V
@@ -158,13 +209,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   auto step = [&](auto is_first, int i) {
     constexpr bool kFirst = decltype(is_first)::value;
     const int n_block = n_last - i;
-    if constexpr (!kFirst) retire_and_convert();
+    if constexpr (!kFirst) {
+      rows.retire();
+      rows.convert(dropout);
+    }
     arch::cp_async_wait<0>();
     arch::fence_proxy_async();
     __syncthreads();  // K[i] and V[i-1] landed; every warpgroup retired S[i-1] and P.V[i-2]
 
-    issue_scores_sm90<T, Cfg>(scores, s.q(), s.k(i % 2), group_row0);
-    if constexpr (!kFirst) issue_output_sm90<T, Cfg>(acc, probs, s.v((i - 1) % 3));
+    issue_scores_sm90<T, Cfg>(rows.scores, s.q(), s.k(i % 2), group_row0);
+    if constexpr (!kFirst) issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v((i - 1) % 3));
     // The loads go out behind the MMAs: K[i+1] into the slot S[i-1] read, V[i] into P.V[i-3]'s
     // (three V slots: P.V[i-2] may still be reading its slot in another warpgroup).
     if (n_block > qb.n_begin)
@@ -173,39 +227,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
     arch::cp_async_commit();
 
     // Dropout's random bytes do not depend on S: drawn here, while S's MMAs run.
-    if (dropout.enabled) drop_bytes = dropout_bytes_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
-    arch::wgmma_wait<kFirst ? 0 : 1>();  // S is done; P.V[i-1] may still run, under the softmax
-    arch::wgmma_fence_operand(scores[0]);
-    const int n0 = n_block * kBlockN;
-    scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod, !mask.block_fully_visible(m0, rows_q, n0, kBlockN),
-                                             m0 + warp_row0, n0, lane);
-    softmax.update_probs(scores, p.logit_scale_log2, rescale);
-    arch::wgmma_fence_operand(scores[0]);
+    if (dropout.enabled)
+      rows.drop_bytes = dropout_bytes_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+    rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
+    rows.scores_to_probs(p, mask, mod, m0, rows_q, warp_row0, n_block, lane);
   };
   step(std::true_type{}, 0);
   for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
-  retire_and_convert();
+  rows.retire();
+  rows.convert(dropout);
   arch::cp_async_wait<0>();
   arch::fence_proxy_async();
   __syncthreads();  // the last V landed
-  issue_output_sm90<T, Cfg>(acc, probs, s.v((n_blocks - 1) % 3));
+  issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v((n_blocks - 1) % 3));
   arch::wgmma_wait<0>();
-  arch::wgmma_fence_operand(acc[0]);
-
-  float row_lse[1][2];
-  softmax.finalize(acc, p.logit_scale, dropout.keep_scale, row_lse);
-  float* lse = qb.lse(p);
-  if (lane % 4 == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = warp_row0 + arch::acc_row(lane, 2 * h);
-      if (row < rows_q) lse[row] = row_lse[0][h];
-    }
-  }
+  arch::wgmma_fence_operand(rows.acc[0]);
+  rows.finalize(p, dropout.keep_scale, qb.lse(p), warp_row0, rows_q, lane);
   // Epilogue: O through shared memory (row-major, padded) for coalesced stores.
   T* sO = reinterpret_cast<T*>(smem);
   __syncthreads();  // every warpgroup is done reading Q, K and V
-  arch::store_accumulators<1, kHeadNT, T>(sO, Cfg::kEpilogueStride, warp_row0, 0, acc, lane);
+  arch::store_accumulators<1, kHeadNT, T>(sO, Cfg::kEpilogueStride, warp_row0, 0, rows.acc, lane);
   __syncthreads();
   store_tile<kBlockM, kHeadDim, Cfg::kThreads>(qb.template out<T>(p), p.out.row_stride, sO, rows_q, headdim, tid);
 #else

@@ -184,25 +184,13 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
   const int group_row0 = turns.consumer * 64;
   const int warp_row0 = group_row0 + warp_in_group * 16;
 
-  float acc[1][kHeadNT][4];  // O rows of this warp: 16 x head dim
-  arch::zero_accumulators(acc);
-  OnlineSoftmax<1> softmax;
-  softmax.init();
-  float scores[1][kScoreNT][4];          // S rows of this warp (16 x kBlockN), then P until converted
-  float rescale[1][2];                   // O's pending rescale from the latest softmax
-  uint32_t probs[1][kBlockN / 16][4];    // P of the previous block, the A operand of its P.V
-  DropoutBytes<1, kScoreNT> drop_bytes;  // dropout's random bytes of the latest block
-
-  // At step i: retires P.V[i-2] and hands its V slot back, then rescales O for block i-1 and
-  // converts P[i-1] (fwd_kernel_sm90.cuh says why this opens the step).
+  Sm90ForwardRows<T, Cfg> rows;
+  rows.init();
+  // At step i: retires P.V[i-2] and hands its V slot back, then converts P[i-1].
   auto retire_and_convert = [&](int i) {
-    arch::wgmma_wait<0>();
-    arch::wgmma_fence_operand(acc[0]);
-    arch::wgmma_fence_operand(probs);
+    rows.retire();
     if (releases && i >= 2) arch::mbarrier_arrive(s.v_empty(RingPosition<kStages>(ring + i - 2).slot));
-    OnlineSoftmax<1>::rescale_output(acc, rescale);
-    arch::accumulators_to_a_fragments<T>(probs, scores);
-    if (dropout.enabled) drop_packed_probs(probs, drop_bytes, dropout.keep_threshold);
+    rows.convert(dropout);
   };
 
   arch::mbarrier_wait_parity(s.q_full(), tile_parity);
@@ -219,21 +207,18 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
       arch::mbarrier_wait_parity(s.v_full(previous.slot), previous.parity);
     }
     turns.wait();
-    issue_scores_sm90<T, Cfg>(scores, s.q(), s.k(at.slot), group_row0);
-    if constexpr (!kFirst) issue_output_sm90<T, Cfg>(acc, probs, s.v(RingPosition<kStages>(ring + i - 1).slot));
+    issue_scores_sm90<T, Cfg>(rows.scores, s.q(), s.k(at.slot), group_row0);
+    if constexpr (!kFirst)
+      issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(RingPosition<kStages>(ring + i - 1).slot));
     turns.pass();
-    if (dropout.enabled) drop_bytes = dropout_bytes_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
-    arch::wgmma_wait<kFirst ? 0 : 1>();  // S is done; P.V[i-1] may still run, under the softmax
-    arch::wgmma_fence_operand(scores[0]);
+    if (dropout.enabled)
+      rows.drop_bytes = dropout_bytes_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+    rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
     if (releases) {
       arch::mbarrier_arrive(s.k_empty(at.slot));
       if (i == n_blocks - 1) arch::mbarrier_arrive(s.q_empty());  // the tile's last S: Q is free
     }
-    const int n0 = n_block * kBlockN;
-    scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod, !mask.block_fully_visible(m0, rows_q, n0, kBlockN),
-                                             m0 + warp_row0, n0, lane);
-    softmax.update_probs(scores, p.logit_scale_log2, rescale);
-    arch::wgmma_fence_operand(scores[0]);
+    rows.scores_to_probs(p, mask, mod, m0, rows_q, warp_row0, n_block, lane);
   };
   step(std::true_type{}, 0);
   for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
@@ -241,26 +226,16 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
   const RingPosition<kStages> last(ring + n_blocks - 1);
   arch::mbarrier_wait_parity(s.v_full(last.slot), last.parity);
   turns.wait();
-  issue_output_sm90<T, Cfg>(acc, probs, s.v(last.slot));
+  issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(last.slot));
   turns.pass();
   arch::wgmma_wait<0>();
-  arch::wgmma_fence_operand(acc[0]);
+  arch::wgmma_fence_operand(rows.acc[0]);
   if (releases) arch::mbarrier_arrive(s.v_empty(last.slot));
-
-  float row_lse[1][2];
-  softmax.finalize(acc, p.logit_scale, dropout.keep_scale, row_lse);
-  float* lse = qb.lse(p);
-  if (lane % 4 == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = warp_row0 + arch::acc_row(lane, 2 * h);
-      if (row < rows_q) lse[row] = row_lse[0][h];
-    }
-  }
+  rows.finalize(p, dropout.keep_scale, qb.lse(p), warp_row0, rows_q, lane);
   // Epilogue: O through this warpgroup's rows of the O tile, once its copy-out of the previous
   // tile is done, then coalesced 16-byte stores.
   arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
-  arch::store_accumulators_swizzled<typename Cfg::QTile, kHeadNT, T>(s.o(), warp_row0, acc, lane);
+  arch::store_accumulators_swizzled<typename Cfg::QTile, kHeadNT, T>(s.o(), warp_row0, rows.acc, lane);
   arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
   arch::copy_swizzled_rows_to_global<typename Cfg::QTile, 64, kHeadDim, arch::kWarpgroupThreads>(
       qb.template out<T>(p), p.out.row_stride, s.o(), group_row0, rows_q, p.shape.headdim, group_tid);
