@@ -29,14 +29,19 @@ def check_options(dropout_p, window_size, softcap, alibi_slopes, deterministic, 
         check_alibi_slopes(alibi_slopes, q, batch)
 
 
+def check_typed_tensor(name, t, dtype, device):
+    """t is a tensor of `dtype` on `device` (q's): the first checks of every metadata argument."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"flash_attn: {name} must be {str(dtype).removeprefix('torch.')}, got {t.dtype}")
+    if t.device != device:
+        raise ValueError(f"flash_attn: {name} is on {t.device} but q is on {device}")
+
+
 def check_alibi_slopes(alibi_slopes, q, batch):
     nheads = q.shape[-2]
-    if not isinstance(alibi_slopes, torch.Tensor):
-        raise TypeError(f"flash_attn: alibi_slopes must be a torch.Tensor, got {type(alibi_slopes).__name__}")
-    if alibi_slopes.dtype != torch.float32:
-        raise TypeError(f"flash_attn: alibi_slopes must be float32, got {alibi_slopes.dtype}")
-    if alibi_slopes.device != q.device:
-        raise ValueError(f"flash_attn: alibi_slopes is on {alibi_slopes.device} but q is on {q.device}")
+    check_typed_tensor("alibi_slopes", alibi_slopes, torch.float32, q.device)
     if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
         raise ValueError(
             f"flash_attn: alibi_slopes must have shape (nheads,) = ({nheads},) or (batch, nheads) = "
@@ -47,14 +52,9 @@ def check_alibi_slopes(alibi_slopes, q, batch):
 def check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q):
     """int32 (batch + 1,) offsets on q's device, and non-negative int max lengths."""
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        if not isinstance(cu, torch.Tensor):
-            raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(cu).__name__}")
-        if cu.dtype != torch.int32:
-            raise TypeError(f"flash_attn: {name} must be int32, got {cu.dtype}")
+        check_typed_tensor(name, cu, torch.int32, q.device)
         if cu.dim() != 1 or cu.shape[0] < 1:
             raise ValueError(f"flash_attn: {name} must have shape (batch + 1,), got {tuple(cu.shape)}")
-        if cu.device != q.device:
-            raise ValueError(f"flash_attn: {name} is on {cu.device} but q is on {q.device}")
     if cu_seqlens_q.shape != cu_seqlens_k.shape:
         raise ValueError(
             f"flash_attn: cu_seqlens_q {tuple(cu_seqlens_q.shape)} and cu_seqlens_k {tuple(cu_seqlens_k.shape)} "

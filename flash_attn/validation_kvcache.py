@@ -5,7 +5,7 @@ kernels clamp them so that no value makes them touch memory outside the cache.""
 import torch
 
 from .validation import (MAX_HEADDIM, SUPPORTED_DTYPES, check_cuda_capability, check_last_dim_contiguous,
-                         check_like_q, check_tensor)
+                         check_like_q, check_tensor, check_typed_tensor)
 
 PAGE_MULTIPLE = 16
 
@@ -50,12 +50,7 @@ def check_kvcache_tensors(q, k_cache, v_cache, k, v, block_table, cache_names=("
 
 
 def _check_int32_vector(name, t, q):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"flash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.int32:
-        raise TypeError(f"flash_attn: {name} must be int32, got {t.dtype}")
-    if t.device != q.device:
-        raise ValueError(f"flash_attn: {name} is on {t.device} but q is on {q.device}")
+    check_typed_tensor(name, t, torch.int32, q.device)
     if t.dim() != 1 or t.shape[0] != q.shape[0]:
         raise ValueError(f"flash_attn: {name} must have shape (batch,) = ({q.shape[0]},), got {tuple(t.shape)}")
 
@@ -86,12 +81,7 @@ def check_kvcache_metadata(q, k_cache, cache_seqlens, cache_batch_idx, cache_lef
 def check_block_table(block_table, batch, device, k_cache, cache_name="k_cache"):
     """block_table (batch, max_pages) int32 on q's device into a paged cache of pages of a multiple of
     16 rows."""
-    if not isinstance(block_table, torch.Tensor):
-        raise TypeError(f"flash_attn: block_table must be a torch.Tensor, got {type(block_table).__name__}")
-    if block_table.dtype != torch.int32:
-        raise TypeError(f"flash_attn: block_table must be int32, got {block_table.dtype}")
-    if block_table.device != device:
-        raise ValueError(f"flash_attn: block_table is on {block_table.device} but q is on {device}")
+    check_typed_tensor("block_table", block_table, torch.int32, device)
     if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] == 0:
         raise ValueError(f"flash_attn: block_table must have shape (batch, max_pages) with batch = {batch} and "
                          f"max_pages >= 1, got {tuple(block_table.shape)}")
