@@ -54,6 +54,7 @@ struct FwdSm90Tile<128> {
 //     each tile's prologue and epilogue exposed. The persistent grid (non-causal) overlaps them:
 //     316 vs 304 TFLOP/s at 512 (fwd_ab_persistent.md). Causal tiles still get one CTA each, and
 //     there the cp.async kernel wins below 4k keys (2k: 303 vs 265 TFLOP/s; 4k: 328 vs 341).
+//     Below 512 keys non-causal the cp.async kernel stays, unmeasured.
 //     `preferred` says where the warp-specialized kernel runs by default.
 template <int kHeadDim>
 struct FwdWsTile {
