@@ -7,6 +7,10 @@
 #   STAGES="sweep" scripts/gpu_check.sh  # tile sweep only (benchmarks/experiments/tile_sweep.cu)
 #   STAGES="build sanitize" scripts/gpu_check.sh  # compute-sanitizer memcheck of the varlen and kvcache bad-metadata tests
 #   STAGES="sweep" SWEEP_ARGS="64 8192 0;128 2048 1" scripts/gpu_check.sh
+#   STAGES="build ab" AB_SCRIPT=benchmarks/experiments/scheduler_ab.py scripts/gpu_check.sh
+#     before/after: builds the baseline tree in ./old_tree (an ignored export of the commit before,
+#     carried with the call) in place, runs AB_SCRIPT with AB_BASE_ARGS on it and on this tree,
+#     each in its own process, one after the other
 #
 # Build variables pass through (FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, FLASH_ATTN_CUDA_ARCHS, default
 # here: 90, the machine's arch). The build and test logs (check.log) and the benchmark results
@@ -24,7 +28,7 @@ summary=()
 LOG=$OUT/check.log
 # Per-stage time limits (seconds) so one stuck stage leaves time for the others' output.
 declare -A LIMIT=([build]=${BUILD_LIMIT:-300} [test]=${TEST_LIMIT:-300} [bench]=${BENCH_LIMIT:-240}
-                  [sweep]=${SWEEP_LIMIT:-150} [sanitize]=${SANITIZE_LIMIT:-200})
+                  [sweep]=${SWEEP_LIMIT:-150} [sanitize]=${SANITIZE_LIMIT:-200} [ab]=${AB_LIMIT:-300})
 stage() {  # stage NAME COMMAND...: runs, appends its output to $LOG, records wall time and status
   local name=$1; shift
   local start=$SECONDS
@@ -76,5 +80,16 @@ if [[ $STAGES == *sweep* ]]; then  # tile-configuration sweep, torch-free (bench
     benchmarks/experiments/tile_sweep.cu -o /tmp/tile_sweep && IFS=';' && for args in \${SWEEP_ARGS:-''}; do \
     IFS=' '; /tmp/tile_sweep \$args; done"
   cat /tmp/.stage.log
+fi
+if [[ $STAGES == *ab* ]]; then
+  ab() {
+    (cd old_tree && python3 setup.py build_ext --inplace 2>&1 | grep -E "error|Error" ; true)
+    # from /tmp, so that neither tree's directory shadows PYTHONPATH
+    local root=$PWD
+    (cd /tmp && PYTHONPATH=$root/old_tree python3 "$root/$AB_SCRIPT" --label before ${AB_BASE_ARGS:-})
+    (cd /tmp && python3 "$root/$AB_SCRIPT" --label after ${AB_ARGS:-})
+  }
+  export -f ab
+  stage ab bash -c ab; cat /tmp/.stage.log
 fi
 printf '%s\n' "${summary[@]}"

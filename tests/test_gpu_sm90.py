@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import flash_attn
-from feature_checks import Mods, check_dense
+from feature_checks import Mods, check_dense, check_varlen
 from helpers import GPU_TEST_MARKS, check_flash_attn, require_kernel
 
 pytestmark = GPU_TEST_MARKS
@@ -128,3 +128,64 @@ def test_ws_forward_persistent_with_options(monkeypatch, headdim):
     require_kernel(torch.bfloat16, headdim)
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
     check_dense(Mods(softcap=20.0, dropout_p=0.15), 3, 900, 900, 16, 8, headdim, torch.bfloat16, "cuda")
+
+
+# Uneven tiles: the warp-specialized forward's default grid walks them with a dynamic counter
+# (query_tile_scheduler.cuh), varlen in the packed order; "tiles" gives one CTA per tile.
+# (headdim, batch, seqlen, nheads, nheads_k, mods): more tiles than SMs in each case.
+DYNAMIC_DENSE_CASES = [(128, 4, 1000, 16, 4, Mods(causal=True)), (64, 3, 777, 32, 8, Mods(causal=True)),
+                       (128, 2, 1500, 8, 8, Mods(causal=True, window_size=(300, 0))),
+                       (64, 2, 1200, 24, 2, Mods(window_size=(200, 100), softcap=10.0))]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim,batch,seqlen,nheads,nheads_k,mods", DYNAMIC_DENSE_CASES)
+@pytest.mark.parametrize("grid", ["default", "tiles"])
+def test_ws_forward_dynamic_walk_dense(monkeypatch, grid, headdim, batch, seqlen, nheads, nheads_k, mods):
+    require_kernel(torch.bfloat16, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD_GRID", grid)
+    check_dense(mods, batch, seqlen, seqlen, nheads, nheads_k, headdim, torch.bfloat16, "cuda")
+
+
+def _varlen_lengths(count, seed):
+    """`count` sequence lengths from 0 to 1500, 0 and 1 among them: a packed walk whose warp scan
+    takes several loads (more than 32 sequences) and skips sequences without tiles."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 1500, (count,), generator=generator).tolist()
+    lengths[3], lengths[40], lengths[41] = 0, 1, 0
+    return lengths
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim", [64, 128])
+@pytest.mark.parametrize("mods", [Mods(), Mods(causal=True), Mods(causal=True, window_size=(100, 0))],
+                         ids=["full", "causal", "window"])
+@pytest.mark.parametrize("count", [37, 70])
+def test_ws_forward_dynamic_walk_varlen(monkeypatch, headdim, mods, count):
+    """Varlen in the packed order (no tile past a sequence's end), keys as long as queries or not."""
+    require_kernel(torch.bfloat16, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    lengths_q = _varlen_lengths(count, seed=count)
+    lengths_k = lengths_q if mods.causal else _varlen_lengths(count, seed=count + 1)
+    check_varlen(mods, lengths_q, lengths_k, 8, 2, headdim, torch.bfloat16, "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim", [64, 128])
+def test_ws_forward_schedules_agree_bitwise(monkeypatch, headdim):
+    """A tile's arithmetic does not depend on which CTA runs it: the dynamic walk and one CTA per tile
+    give identical outputs and lse."""
+    require_kernel(torch.bfloat16, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    lengths = _varlen_lengths(50, seed=7)
+    total = sum(lengths)
+    q, k, v = (torch.randn(total, 8, headdim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
+    results = {}
+    for grid in ("default", "tiles"):
+        monkeypatch.setenv("FLASH_ATTN_SM90_FWD_GRID", grid)
+        results[grid] = flash_attn.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True,
+                                                          return_attn_probs=True)[:2]
+    for dynamic, one_per_tile in zip(results["default"], results["tiles"]):
+        assert torch.equal(dynamic, one_per_tile)

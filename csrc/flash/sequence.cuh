@@ -46,6 +46,15 @@ struct SequenceView {
     return s;
   }
 
+  // Sequence `batch`'s query count as `of` computes it (clamped), without the rest of the view:
+  // what a scheduler needs to count a varlen batch's query tiles.
+  __device__ __forceinline__ static int query_length(const FwdParams& p, int batch) {
+    if (!kVarlenCompiled || p.varlen.cu_seqlens_q == nullptr) return p.shape.seqlen_q;
+    int length = 0;
+    clamped_range(p.varlen.cu_seqlens_q, batch, p.varlen.total_q, p.shape.seqlen_q, length);
+    return length;
+  }
+
   // Element (row, head, 0) of a query-side tensor (q, out, dout, dq) / key-side one (k, v, dk, dv).
   template <typename T>
   __device__ __forceinline__ T* q_side(const Strided4d& t, int row, int head) const {
