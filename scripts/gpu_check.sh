@@ -9,7 +9,7 @@
 #   STAGES="sweep" SWEEP_ARGS="64 8192 0;128 2048 1" scripts/gpu_check.sh
 #   STAGES="build ab" AB_SCRIPT=benchmarks/experiments/scheduler_ab.py scripts/gpu_check.sh
 #     before/after: builds the baseline tree in ./old_tree (an ignored export of the commit before,
-#     carried with the call) in place, runs AB_SCRIPT with AB_BASE_ARGS on it and on this tree,
+#     carried with the call) in place (AB_HDIMS, AB_DTYPES: 64;128 and bf16), runs AB_SCRIPT with AB_BASE_ARGS on it and on this tree,
 #     each in its own process, one after the other
 #
 # Build variables pass through (FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, FLASH_ATTN_CUDA_ARCHS, default
@@ -83,7 +83,8 @@ if [[ $STAGES == *sweep* ]]; then  # tile-configuration sweep, torch-free (bench
 fi
 if [[ $STAGES == *ab* ]]; then
   ab() {
-    (cd old_tree && python3 setup.py build_ext --inplace 2>&1 | grep -E "error|Error" ; true)
+    (cd old_tree && FLASH_ATTN_HDIMS=${AB_HDIMS:-"64;128"} FLASH_ATTN_DTYPES=${AB_DTYPES:-bf16} \
+      python3 setup.py build_ext --inplace 2>&1 | grep -E "error|Error" ; true)
     # from /tmp, so that neither tree's directory shadows PYTHONPATH
     local root=$PWD
     (cd /tmp && PYTHONPATH=$root/old_tree python3 "$root/$AB_SCRIPT" --label before ${AB_BASE_ARGS:-})
