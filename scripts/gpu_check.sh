@@ -10,7 +10,7 @@
 #   STAGES="build ab" AB_SCRIPT=benchmarks/experiments/scheduler_ab.py scripts/gpu_check.sh
 #     before/after: builds the baseline tree in ./old_tree (an ignored export of the commit before,
 #     carried with the call) in place (AB_HDIMS, AB_DTYPES: 64;128 and bf16), runs AB_SCRIPT with AB_BASE_ARGS on it and on this tree,
-#     each in its own process, one after the other
+#     each in its own process, one after the other, AB_ROUNDS times (default 1)
 #
 # Build variables pass through (FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, FLASH_ATTN_CUDA_ARCHS, default
 # here: 90, the machine's arch). The build and test logs (check.log) and the benchmark results
@@ -87,8 +87,10 @@ if [[ $STAGES == *ab* ]]; then
       python3 setup.py build_ext --inplace 2>&1 | grep -E "error|Error" ; true)
     # from /tmp, so that neither tree's directory shadows PYTHONPATH
     local root=$PWD
-    (cd /tmp && PYTHONPATH=$root/old_tree python3 "$root/$AB_SCRIPT" --label before ${AB_BASE_ARGS:-})
-    (cd /tmp && python3 "$root/$AB_SCRIPT" --label after ${AB_ARGS:-})
+    for round in $(seq "${AB_ROUNDS:-1}"); do  # rounds alternate the two, so that drift shows
+      (cd /tmp && PYTHONPATH=$root/old_tree python3 "$root/$AB_SCRIPT" --label before ${AB_BASE_ARGS:-})
+      (cd /tmp && python3 "$root/$AB_SCRIPT" --label after ${AB_ARGS:-})
+    done
   }
   export -f ab
   stage ab bash -c ab; cat /tmp/.stage.log

@@ -4,7 +4,7 @@ ones) against one CTA per tile (FLASH_ATTN_SM90_FWD_GRID=tiles, read per call) a
 backend, in one process; bf16, hidden 2048, batch x seqlen = 16k, plus the features suite's
 varlen batch and its equal-length baseline.
 
-    python benchmarks/experiments/scheduler_ab.py [--label NAME] [--only-default]
+    python benchmarks/experiments/scheduler_ab.py [--label NAME] [--only-default] [--quick]
 
 --only-default times only the default grid, for comparing two builds run one after the other in
 the same call (each its own process). Prints markdown rows: forward µs and TFLOP/s of the
@@ -47,8 +47,13 @@ def print_row(label, name, flops, grids, fns):
     print(f"| {label} | {name} | " + " | ".join(cells) + " |", flush=True)
 
 
-def dense_rows(label, grids, with_cudnn):
-    for headdim, seqlen, causal in itertools.product((64, 128), (512, 2048, 8192), (False, True)):
+# --quick: the cells a change of per-tile cost moves most (short walks), and hd64 as a control
+QUICK_CELLS = [(128, 512, False), (128, 512, True), (128, 2048, False), (128, 2048, True), (64, 512, False)]
+
+
+def dense_rows(label, grids, with_cudnn, quick):
+    cells = QUICK_CELLS if quick else itertools.product((64, 128), (512, 2048, 8192), (False, True))
+    for headdim, seqlen, causal in cells:
         heads, batch = HIDDEN // headdim, TOKENS // seqlen
         q, k, v = (torch.randn(batch, seqlen, heads, headdim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         pairs = seqlen * (seqlen + 1) // 2 if causal else seqlen * seqlen
@@ -79,6 +84,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--label", default="new")
     parser.add_argument("--only-default", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="QUICK_CELLS and the varlen rows only")
     args = parser.parse_args()
     torch.manual_seed(0)
     grids = ["default"] if args.only_default else ["default", "tiles"]
@@ -87,7 +93,7 @@ def main():
     header = ["build", "shape"] + [f"ours, grid {g}" for g in grids] + ([] if args.only_default else ["cuDNN"])
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    dense_rows(args.label, grids, with_cudnn=not args.only_default)
+    dense_rows(args.label, grids, with_cudnn=not args.only_default, quick=args.quick)
     varlen_rows(args.label, grids)
 
 
