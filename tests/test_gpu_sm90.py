@@ -130,18 +130,19 @@ def test_ws_forward_persistent_with_options(monkeypatch, headdim):
     check_dense(Mods(softcap=20.0, dropout_p=0.15), 3, 900, 900, 16, 8, headdim, torch.bfloat16, "cuda")
 
 
-# Uneven tiles: the warp-specialized forward's default grid walks them with a dynamic counter
-# (query_tile_scheduler.cuh), varlen in the packed order; "tiles" gives one CTA per tile.
+# Uneven tiles: the warp-specialized forward's default grid (one CTA per SM) walks them in the
+# heaviest-first order (causal, window) or the packed one (varlen) of query_tile_scheduler.cuh;
+# "tiles" gives one CTA per tile.
 # (headdim, batch, seqlen, nheads, nheads_k, mods): more tiles than SMs in each case.
-DYNAMIC_DENSE_CASES = [(128, 4, 1000, 16, 4, Mods(causal=True)), (64, 3, 777, 32, 8, Mods(causal=True)),
+UNEVEN_DENSE_CASES = [(128, 4, 1000, 16, 4, Mods(causal=True)), (64, 3, 777, 32, 8, Mods(causal=True)),
                        (128, 2, 1500, 8, 8, Mods(causal=True, window_size=(300, 0))),
                        (64, 2, 1200, 24, 2, Mods(window_size=(200, 100), softcap=10.0))]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
-@pytest.mark.parametrize("headdim,batch,seqlen,nheads,nheads_k,mods", DYNAMIC_DENSE_CASES)
+@pytest.mark.parametrize("headdim,batch,seqlen,nheads,nheads_k,mods", UNEVEN_DENSE_CASES)
 @pytest.mark.parametrize("grid", ["default", "tiles"])
-def test_ws_forward_dynamic_walk_dense(monkeypatch, grid, headdim, batch, seqlen, nheads, nheads_k, mods):
+def test_ws_forward_walks_uneven_tiles(monkeypatch, grid, headdim, batch, seqlen, nheads, nheads_k, mods):
     require_kernel(torch.bfloat16, headdim)
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD_GRID", grid)
@@ -162,7 +163,7 @@ def _varlen_lengths(count, seed):
 @pytest.mark.parametrize("mods", [Mods(), Mods(causal=True), Mods(causal=True, window_size=(100, 0))],
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("count", [37, 70])
-def test_ws_forward_dynamic_walk_varlen(monkeypatch, headdim, mods, count):
+def test_ws_forward_walks_packed_varlen(monkeypatch, headdim, mods, count):
     """Varlen in the packed order (no tile past a sequence's end), keys as long as queries or not."""
     require_kernel(torch.bfloat16, headdim)
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
@@ -174,8 +175,8 @@ def test_ws_forward_dynamic_walk_varlen(monkeypatch, headdim, mods, count):
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("headdim", [64, 128])
 def test_ws_forward_schedules_agree_bitwise(monkeypatch, headdim):
-    """A tile's arithmetic does not depend on which CTA runs it: the dynamic walk and one CTA per tile
-    give identical outputs and lse."""
+    """A tile's arithmetic does not depend on which CTA runs it: the persistent walk over the packed
+    varlen order and one CTA per tile give identical outputs and lse."""
     require_kernel(torch.bfloat16, headdim)
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
     lengths = _varlen_lengths(50, seed=7)
@@ -187,5 +188,5 @@ def test_ws_forward_schedules_agree_bitwise(monkeypatch, headdim):
         monkeypatch.setenv("FLASH_ATTN_SM90_FWD_GRID", grid)
         results[grid] = flash_attn.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True,
                                                           return_attn_probs=True)[:2]
-    for dynamic, one_per_tile in zip(results["default"], results["tiles"]):
-        assert torch.equal(dynamic, one_per_tile)
+    for persistent, one_per_tile in zip(results["default"], results["tiles"]):
+        assert torch.equal(persistent, one_per_tile)

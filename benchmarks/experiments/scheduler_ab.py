@@ -1,8 +1,8 @@
 """Forward tile scheduling A/B on Hopper (query_tile_scheduler.cuh): the warp-specialized forward
-with its default grid (persistent: static stride over equal tiles, dynamic counter over uneven
-ones) against one CTA per tile (FLASH_ATTN_SM90_FWD_GRID=tiles, read per call) and SDPA's cuDNN
-backend, in one process; bf16, hidden 2048, batch x seqlen = 16k, plus the features suite's
-varlen batch and its equal-length baseline.
+with its default grid (one CTA per SM walking the natural, heaviest-first or packed varlen order)
+against one CTA per tile (FLASH_ATTN_SM90_FWD_GRID=tiles, read per call) and SDPA's cuDNN backend,
+in one process; bf16, hidden 2048, batch x seqlen = 16k, plus the features suite's varlen batch
+and its equal-length baseline.
 
     python benchmarks/experiments/scheduler_ab.py [--label NAME] [--only-default] [--quick]
 

@@ -10,11 +10,12 @@
 //   Ping-pong: the consumers issue their MMAs in turn (WarpgroupTurns), so while one warpgroup runs
 //     its softmax the tensor core works on the other's MMAs rather than both softmaxes meeting
 //     at the exponential unit at once.
-//   Tiles: the producer warp walks the CTA's query tiles (query_tile_scheduler.cuh: a static stride
-//     or a dynamic counter, varlen packed) and publishes each to the consumers with Q's barrier.
-//     Across tiles the rings keep turning; Q has its own full/empty pair, released after a tile's
-//     last S, so the producer loads the next tile's Q and first K while the math warpgroups finish
-//     the last P.V and the epilogue, which stages O in its own shared-memory tile.
+//   Tiles: a CTA walks query tiles blockIdx.x, + gridDim.x, ... of the order that
+//     query_tile_scheduler.cuh gives (natural for equal tiles, heaviest first for causal and
+//     windowed ones, packed for varlen); the launcher gives one CTA per SM. Across tiles the rings
+//     keep turning; Q has its own full/empty pair, released after a tile's last S, so the producer
+//     loads the next tile's Q and first K while the math warpgroups finish the last P.V and the
+//     epilogue, which stages O in its own shared-memory tile.
 // Mask, score modifiers, dropout, softmax and the sequence view are the pieces the other kernels
 // use. Varlen: a TMA box cannot stop at a sequence's end, so K/V rows past it are the next
 // sequence's (or zeros past the tensor); the mask gives their scores probability 0, as with the
@@ -59,8 +60,7 @@ struct FwdWsConfig {
   static constexpr int kBarrierOffset = kOOffset + QTile::kBytes;
   static constexpr int kBarriers = 2 + 4 * kStages;  // Q full / empty; K full / empty; V full / empty
   static constexpr int kConsumerThreads = kConsumers * arch::kWarpgroupThreads;
-  static constexpr int kTileOffset = kBarrierOffset + kBarriers * 8;  // the published QueryTileCoord
-  static constexpr int kSmemBytes = kTileOffset + static_cast<int>(sizeof(QueryTileCoord));
+  static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
   static_assert(kBlockN % 16 == 0 && kHeadDim % 64 == 0, "whole wgmma k-steps and 64-column TMA boxes");
   static_assert(kBlockM <= 256 && kBlockN <= 256, "TMA boxes hold at most 256 rows");
 };
@@ -83,11 +83,6 @@ struct FwdWsSmem {
   __device__ __forceinline__ uint64_t* k_empty(int slot) const { return barrier(2 + Cfg::kStages + slot); }
   __device__ __forceinline__ uint64_t* v_full(int slot) const { return barrier(2 + 2 * Cfg::kStages + slot); }
   __device__ __forceinline__ uint64_t* v_empty(int slot) const { return barrier(2 + 3 * Cfg::kStages + slot); }
-  // The tile whose Q phase is current: written by the producer before it arrives on q_full, read by
-  // the consumers after their wait on it, rewritten only after every consumer's q_empty arrival.
-  __device__ __forceinline__ QueryTileCoord* tile() const {
-    return reinterpret_cast<QueryTileCoord*>(base + Cfg::kTileOffset);
-  }
 
   // One thread, before any other touches them.
   __device__ __forceinline__ void init_barriers() const {
@@ -117,14 +112,16 @@ struct FwdTensorMaps {
   arch::TensorMap q, k, v;
 };
 
-// The producer thread, per tile with keys, once Q's slot is free: Q, then K[0], then K[i+1] and V[i]
-// for each step i. `ring` counts the key blocks of the earlier tiles (the rings' positions).
+// The producer thread, per tile: Q once its slot is free, then K[0], then K[i+1] and V[i] for each
+// step i. `ring` counts the key blocks of the earlier tiles (the rings' positions), tile_parity the
+// tiles with keys (Q's phase).
 template <typename Cfg, typename QueryBlock>
 __device__ __forceinline__ void produce_fwd_tile(const FwdWsSmem<Cfg>& s, const FwdTensorMaps& maps,
-                                                 const QueryBlock& qb, int ring) {
+                                                 const QueryBlock& qb, int ring, uint32_t tile_parity) {
   using KVTile = typename Cfg::KVTile;
   const int batch = qb.seq.batch_index, n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
   const int q_row = static_cast<int>(qb.seq.q_row0) + qb.m0, k_row0 = static_cast<int>(qb.seq.k_row0);
+  arch::mbarrier_wait_parity(s.q_empty(), tile_parity ^ 1);
   arch::mbarrier_arrive_expect_bytes(s.q_full(), Cfg::QTile::kBytes);
   arch::tma_load_swizzled_tile<Cfg::kBlockM, Cfg::kHeadDim>(s.q(), &maps.q, q_row, qb.head, batch, s.q_full());
   // Waits for the slot's previous occupant to be released (a fresh barrier counts as released:
@@ -143,41 +140,6 @@ __device__ __forceinline__ void produce_fwd_tile(const FwdWsSmem<Cfg>& s, const 
   for (int i = 0; i < n_blocks; ++i) {
     if (i + 1 < n_blocks) load(false, i + 1);
     load(true, i);
-  }
-}
-
-// The producer warp's walk over the CTA's tiles (query_tile_scheduler.cuh; locating a varlen tile
-// takes the whole warp). Lane 0 publishes each tile in s.tile() once Q's slot is free, and arrives
-// on Q's full barrier: with Q's bytes when the tile has keys, whose loads then follow; plainly for a
-// tile without keys (the consumers write its zeros) and for the end of the walk. It asks for the
-// next tile before this one's loads go out, so a dynamic answer's latency hides under them.
-template <typename Cfg, bool kExtras>
-__device__ __forceinline__ void produce_fwd_tiles(const FwdParams& p, const FwdWsSmem<Cfg>& s,
-                                                  const FwdTensorMaps& maps, const QueryTileScheduler& scheduler,
-                                                  int lane) {
-  using QueryBlock = FwdQueryBlock<Cfg::kBlockM, Cfg::kBlockN>;
-  QueryTileWalk<Cfg::kBlockM> walk;
-  int ring = 0;
-  uint32_t tile_parity = 0;
-  for (int tile = scheduler.first();;) {
-    const QueryTileCoord at = walk.template locate<kExtras>(p, tile, lane);
-    int next = 0;
-    if (lane == 0) {
-      if (at.valid()) next = scheduler.next(tile);
-      arch::mbarrier_wait_parity(s.q_empty(), tile_parity ^ 1);
-      *s.tile() = at;
-      int key_blocks = 0;
-      if (at.valid()) {
-        const auto qb = QueryBlock::template at<kExtras>(p, at.m_block, at.head, at.batch);
-        key_blocks = qb.key_blocks();
-        if (key_blocks > 0) produce_fwd_tile<Cfg>(s, maps, qb, ring);
-      }
-      if (key_blocks == 0) arch::mbarrier_arrive(s.q_full());
-      ring += key_blocks;
-    }
-    if (!at.valid()) return;
-    tile_parity ^= 1;
-    tile = arch::shuffle(next, 0);
   }
 }
 
@@ -203,13 +165,13 @@ struct WarpgroupTurns {
   __device__ __forceinline__ int own_barrier() const { return 1 + kConsumers + consumer; }
 };
 
-// One consumer warpgroup on one tile with keys, Q's full barrier passed: 64 query rows of the
-// block, the whole key walk, and their output. group_tid: the thread's index within its warpgroup
-// (0..127); ring as for the producer.
+// One consumer warpgroup on one tile: 64 query rows of the block, the whole key walk, and their
+// output. group_tid: the thread's index within its warpgroup (0..127); ring and tile_parity as
+// for the producer.
 template <typename T, typename Cfg, bool kExtras, typename QueryBlock>
 __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
                                                  const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid,
-                                                 int ring) {
+                                                 int ring, uint32_t tile_parity) {
   constexpr int kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim, kStages = Cfg::kStages;
   constexpr int kScoreNT = kBlockN / 8, kHeadNT = kHeadDim / 8;
   const int lane = group_tid % arch::kWarpSize, warp_in_group = group_tid / arch::kWarpSize;
@@ -231,6 +193,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
     rows.convert(dropout);
   };
 
+  arch::mbarrier_wait_parity(s.q_full(), tile_parity);
   // Step i handles key block n_last - i. Step 0 has no P.V: a separate instantiation (see
   // fwd_kernel_sm90.cuh: a conditional issue makes ptxas serialize every wgmma).
   auto step = [&](auto is_first, int i) {
@@ -253,9 +216,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
     if (releases) {
       arch::mbarrier_arrive(s.k_empty(at.slot));
-      // The tile's last S: Q is free, and every thread of the warpgroup has read s.tile() (they
-      // all passed turns.wait() since).
-      if (i == n_blocks - 1) arch::mbarrier_arrive(s.q_empty());
+      if (i == n_blocks - 1) arch::mbarrier_arrive(s.q_empty());  // the tile's last S: Q is free
     }
     rows.scores_to_probs(p, mask, mod, m0, rows_q, warp_row0, n_block, lane);
   };
@@ -284,7 +245,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
 template <typename T, typename Cfg, bool kExtras>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90_ws(const __grid_constant__ FwdParams p, const __grid_constant__ FwdTensorMaps maps,
-                       const QueryTileScheduler scheduler) {
+                       const QueryTileOrder order) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using QueryBlock = FwdQueryBlock<Cfg::kBlockM, Cfg::kBlockN>;
   const FwdWsSmem<Cfg> s{reinterpret_cast<char*>(arch::swizzle_aligned_dynamic_smem())};
@@ -297,30 +258,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     s.init_barriers();
   }
   __syncthreads();  // the barriers are initialized; the last CTA-wide barrier
+  // Both roles walk the same tiles (query_tile_scheduler.cuh; `tiles` bounds every order) and skip
+  // the same ones: no queries, or (consumers write those rows) no keys.
+  const int tiles = query_tile_count<Cfg::kBlockM>(p);
+  QueryTileWalk<Cfg::kBlockM> walk;
+  int ring = 0;
+  uint32_t tile_parity = 0;
   if (warpgroup == 0) {
     arch::release_registers_to<Cfg::kProducerRegs>();
-    if (tid < arch::kWarpSize) produce_fwd_tiles<Cfg, kExtras>(p, s, maps, scheduler, tid);
+    if (tid != 0) return;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const QueryTileCoord at = walk.template locate<kExtras>(p, order, tile);
+      if (!at.valid()) break;
+      const auto qb = QueryBlock::template at<kExtras>(p, at.m_block, at.head, at.batch);
+      if (qb.rows_q <= 0 || qb.key_blocks() == 0) continue;
+      produce_fwd_tile<Cfg>(s, maps, qb, ring, tile_parity);
+      ring += qb.key_blocks();
+      tile_parity ^= 1;
+    }
     return;
   }
   arch::claim_registers_to<Cfg::kConsumerRegs>();
   const WarpgroupTurns<Cfg::kConsumers> turns{warpgroup - 1};
-  const int group_tid = tid % arch::kWarpgroupThreads;
   turns.start();
-  int ring = 0;
-  for (uint32_t tile_parity = 0;; tile_parity ^= 1) {
-    arch::mbarrier_wait_parity(s.q_full(), tile_parity);
-    const QueryTileCoord at = *s.tile();
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const QueryTileCoord at = walk.template locate<kExtras>(p, order, tile);
     if (!at.valid()) break;
     const auto qb = QueryBlock::template at<kExtras>(p, at.m_block, at.head, at.batch);
-    if (qb.key_blocks() > 0) {
-      consume_fwd_tile<T, Cfg, kExtras>(p, s, qb, turns, group_tid, ring);
-      ring += qb.key_blocks();
+    if (qb.rows_q <= 0) continue;
+    if (qb.key_blocks() == 0) {
+      qb.template write_rows_without_keys<T, Cfg::kHeadDim, Cfg::kConsumerThreads>(p, tid - arch::kWarpgroupThreads);
       continue;
     }
-    qb.template write_rows_without_keys<T, Cfg::kHeadDim, Cfg::kConsumerThreads>(p, tid - arch::kWarpgroupThreads);
-    // Every thread of the warpgroup has read s.tile() before its release lets the producer rewrite it.
-    arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
-    if (group_tid == 0) arch::mbarrier_arrive(s.q_empty());
+    consume_fwd_tile<T, Cfg, kExtras>(p, s, qb, turns, tid % arch::kWarpgroupThreads, ring, tile_parity);
+    ring += qb.key_blocks();
+    tile_parity ^= 1;
   }
   turns.finish();
 #else

@@ -35,15 +35,6 @@ struct FwdQueryBlock {
     return at<kExtras>(p, gridDim.x - 1 - blockIdx.x, blockIdx.y, blockIdx.z);
   }
 
-  // Query blocks in the order of a 1-d grid or a persistent CTA's walk (query_tile_count tiles):
-  // the blocks of one (head, batch) together, the heaviest causal ones first, as `current` does.
-  template <bool kExtras>
-  __device__ __forceinline__ static FwdQueryBlock of_tile(const FwdParams& p, int tile) {
-    const int m_blocks = ceil_div(p.shape.seqlen_q, kBlockM);
-    const int rest = tile / m_blocks;
-    return at<kExtras>(p, m_blocks - 1 - tile % m_blocks, rest % p.shape.heads, rest / p.shape.heads);
-  }
-
   template <bool kExtras>
   __device__ __forceinline__ static FwdQueryBlock at(const FwdParams& p, int m_block, int head, int batch) {
     FwdQueryBlock b;
@@ -101,7 +92,7 @@ struct FwdQueryBlock {
   }
 };
 
-// Tiles of a forward over (query blocks, heads, batch): FwdQueryBlock::of_tile's range.
+// Tiles of a forward over (query blocks, heads, batch); for varlen, over max_seqlen_q: a bound.
 template <int kBlockM>
 __host__ __device__ inline int query_tile_count(const FwdParams& p) {
   return ceil_div(p.shape.seqlen_q, kBlockM) * p.shape.heads * p.shape.batch;

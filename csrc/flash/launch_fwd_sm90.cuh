@@ -97,35 +97,30 @@ inline cudaError_t multiprocessor_count(int device, int& count) {
   return err;
 }
 
-// Launches the warp-specialized forward over its query tiles (query_tile_scheduler.cuh), one CTA
-// per SM walking them, each CTA's producer loading the next tile under the current one's last
-// MMAs and epilogue: by a static stride where every tile has the same work (dense, no causal mask
-// or window), else dynamically from params.tile_counter, zeroed here. Without a counter, or with
-// FLASH_ATTN_SM90_FWD_GRID=tiles (tests, A/B measurements), one CTA per tile, heaviest first, and
-// the hardware balances them.
+// Launches the warp-specialized forward over its query tiles (query_tile_scheduler.cuh): one CTA
+// per SM walks them, each CTA's producer loading the next tile under the current one's last MMAs
+// and epilogue; uneven tiles (causal, window) in the heaviest-first order, so that the strides
+// finish together. FLASH_ATTN_SM90_FWD_GRID=tiles gives one CTA per tile instead (tests, A/B
+// measurements): the hardware hands them out as SMs free up.
 template <typename Cfg, typename Kernel>
 cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, const FwdTensorMaps& maps,
                                     cudaStream_t stream) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
+  const bool varlen = params.varlen.cu_seqlens_q != nullptr;
+  const bool uneven = params.window.left >= 0 || params.window.right >= 0;
+  const QueryTileOrder order{!varlen && uneven ? heaviest_first_group_pairs(params) : 0};
   const int tiles = query_tile_count<Cfg::kBlockM>(params);  // varlen: over max_seqlen_q, a bound
   const char* grid_choice = std::getenv("FLASH_ATTN_SM90_FWD_GRID");
-  const bool one_per_tile = grid_choice != nullptr && std::strcmp(grid_choice, "tiles") == 0;
-  const bool uneven = query_tiles_uneven(params);
-  QueryTileScheduler scheduler{nullptr};
   int grid = tiles;
-  if (!one_per_tile && (!uneven || params.tile_counter != nullptr)) {
+  if (!(grid_choice != nullptr && std::strcmp(grid_choice, "tiles") == 0)) {
     int device = 0, sms = 0;
     err = cudaGetDevice(&device);
     if (err == cudaSuccess) err = multiprocessor_count(device, sms);
-    if (err == cudaSuccess && uneven) {
-      scheduler.counter = params.tile_counter;
-      err = cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream);
-    }
     if (err != cudaSuccess) return err;
     grid = std::min(tiles, sms);
   }
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params, maps, scheduler);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params, maps, order);
   return cudaGetLastError();
 }
 

@@ -86,15 +86,7 @@ struct FwdParams {
   float logit_scale;
   float logit_scale_log2;  // logit_scale * log2(e): the kernels exponentiate in base 2
   bool causal;             // window.right == 0: selects the causal tile configurations
-  int* tile_counter;       // one int of scratch for a dynamic tile walk (query_tile_scheduler.cuh),
-                           // zeroed by the launcher that uses it; null: no dynamic walk
 };
-
-// Whether the query tiles of a forward differ in work (causal or windowed masks, varlen lengths):
-// where a dynamic tile walk pays, so where the op allocates FwdParams::tile_counter.
-inline bool query_tiles_uneven(const FwdParams& p) {
-  return p.varlen.cu_seqlens_q != nullptr || p.window.left >= 0 || p.window.right >= 0;
-}
 
 struct BwdParams {
   FwdParams fwd;    // q, k, v, out and lse of the forward, and its shape, scales, mask and dropout

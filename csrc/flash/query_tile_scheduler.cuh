@@ -1,24 +1,24 @@
-// The forward's scheduler (ARCHITECTURE.md's scheduler piece): which query tiles a CTA computes,
-// in which order, and how a persistent CTA finds its next one. Torch-free and arch-neutral (warp
-// primitives from the arch layer), for any kernel that walks query tiles.
+// The forward's scheduler (ARCHITECTURE.md's scheduler piece): which query tiles a CTA computes
+// and in which order. Torch-free and arch-neutral, for any kernel that walks query tiles; every
+// role of a CTA walks the same tiles by itself, from the tile index, so nothing is handed between
+// them.
 //
-// Linear tile order, whatever the grid: batch by batch, the heads of a batch, and a head's query
-// blocks heaviest causal first (its last block first), so the tiles in flight at once share one
-// head's keys in L2. A dense batch has ceil(seqlen_q / kBlockM) blocks per head; varlen batch b
-// has ceil(len_q(b) / kBlockM), len_q clamped as SequenceView clamps it: the order is packed, with
-// no tile past a sequence's end (a grid over max_seqlen_q leaves most of its CTAs empty when the
-// lengths differ).
-//
-// How a CTA walks it: its first tile is blockIdx.x, then either
-//   static:  tile + gridDim.x (a persistent grid over equal tiles, or a grid of one CTA per tile
-//            that stops after one), or
-//   dynamic: gridDim.x + the next value of a global counter (zeroed before the launch), taken by
-//            whichever CTA is free first: uneven tiles (causal, windows, varlen) balance the way
-//            the hardware's block dispatch balances a grid of one CTA per tile, while each CTA
-//            keeps its pipeline running across tiles.
+// A persistent CTA takes tiles blockIdx.x, + gridDim.x, ... of one linear order (a grid of one CTA
+// per tile takes one). The orders:
+//   natural (equal tiles: dense, no causal mask or window): batch by batch, the heads of a batch,
+//     a head's query blocks (last first), so the tiles in flight at once share a few heads' keys
+//     in L2.
+//   heaviest first (dense with a causal mask or a window): groups of `group_pairs` (batch, head)
+//     pairs, whose keys fit in L2 together, one after the other; within a group, every pair's
+//     last query block (the one that sees the most keys), then every pair's block before it, and
+//     so on. Consecutive tiles then cost about the same, so the CTAs of a static stride finish
+//     together (a stride over the natural order hands some CTAs mostly heavy causal blocks), as
+//     the longest-first ordering of FlashAttention 3's causal scheduler does with a counter.
+//   packed (varlen): batch by batch, the heads, a head's blocks heaviest causal first; batch b has
+//     ceil(len_q(b) / kBlockM) blocks, len_q clamped as SequenceView clamps it, so no tile lies
+//     past a sequence's end (a grid over max_seqlen_q leaves most CTAs empty when lengths differ).
 #pragma once
 
-#include "arch/arch.cuh"
 #include "common.cuh"
 #include "params.h"
 #include "sequence.cuh"
@@ -32,66 +32,65 @@ struct QueryTileCoord {
   __device__ __forceinline__ static QueryTileCoord end() { return QueryTileCoord{0, 0, -1}; }
 };
 
-struct QueryTileScheduler {
-  int* counter;  // dynamic: the global counter; null: static
-
-  __device__ __forceinline__ int first() const { return static_cast<int>(blockIdx.x); }
-  // The tile after `tile` (one thread asks; a dynamic answer is that thread's alone).
-  __device__ __forceinline__ int next(int tile) const {
-    if (counter == nullptr) return tile + static_cast<int>(gridDim.x);
-    return static_cast<int>(gridDim.x) + atomicAdd(counter, 1);
-  }
+// The order's one parameter, set by the launcher (heaviest_first_group_pairs).
+struct QueryTileOrder {
+  int group_pairs;  // > 0: heaviest first in groups of this many (batch, head) pairs; 0: natural
 };
 
-// Maps linear tile indices to coordinates. Dense: arithmetic. Varlen: a warp-wide prefix sum of
-// the batches' tile counts, kWarpSize batches per load of cu_seqlens, from a cursor that only
-// moves forward: a CTA's tiles come in increasing order, so a whole walk reads each entry of
-// cu_seqlens about once.
+// Maps a CTA's increasing tile indices to coordinates, in every thread on its own (no warp-wide
+// step, which made ptxas spill in the warp-specialized forward's 24-register producer). Dense:
+// arithmetic. Varlen: a scan over the batches' tile counts from a cursor that only moves forward,
+// so a whole walk reads each entry of cu_seqlens once per thread (from L1 after the CTA's first
+// touch); between two tiles of a stride it crosses the batches in between.
 template <int kBlockM>
 struct QueryTileWalk {
-  int batch = 0;       // the batch of the tile last located, where the next search starts
-  int first_tile = 0;  // the linear index of that batch's first tile
+  int batch = 0;       // varlen: the batch of the tile last located, where the next search starts
+  int first_tile = 0;  // varlen: the linear index of that batch's first tile
 
-  // Warp-collective: every lane passes the same tile, at least every earlier call's.
-  // kMaybeVarlen false: dense at compile time (as in SequenceView::of).
+  // `tile` at least every earlier call's. kMaybeVarlen false: dense at compile time (as in
+  // SequenceView::of).
   template <bool kMaybeVarlen>
-  __device__ __forceinline__ QueryTileCoord locate(const FwdParams& p, int tile, int lane) {
-    if (!kMaybeVarlen || !kVarlenCompiled || p.varlen.cu_seqlens_q == nullptr) return locate_dense(p, tile);
+  __device__ __forceinline__ QueryTileCoord locate(const FwdParams& p, QueryTileOrder order, int tile) {
+    if (!kMaybeVarlen || !kVarlenCompiled || p.varlen.cu_seqlens_q == nullptr) return locate_dense(p, order, tile);
     const int heads = p.shape.heads;
-    while (batch < p.shape.batch) {
-      const int b = batch + lane;
-      const int tiles = b < p.shape.batch ? ceil_div(SequenceView::query_length(p, b), kBlockM) * heads : 0;
-      int inclusive = tiles;
-#pragma unroll
-      for (int delta = 1; delta < arch::kWarpSize; delta *= 2) {
-        const int below = arch::shuffle_up(inclusive, delta);
-        if (lane >= delta) inclusive += below;
-      }
-      const int past_b = first_tile + inclusive;  // the first tile after batch b's
-      // The first lane whose batch ends after `tile` holds it (a batch without tiles never does:
-      // it ends where the one before it ends).
-      const int hit = arch::first_lane_where(tile < past_b);
-      if (hit >= 0) {
-        batch += hit;
-        first_tile = arch::shuffle(past_b - tiles, hit);
-        const int m_blocks = arch::shuffle(tiles, hit) / heads;
-        const int local = tile - first_tile;
-        return QueryTileCoord{m_blocks - 1 - local % m_blocks, local / m_blocks, batch};
-      }
-      first_tile = arch::shuffle(past_b, arch::kWarpSize - 1);
-      batch += arch::kWarpSize;
+    for (; batch < p.shape.batch; ++batch) {
+      const int m_blocks = ceil_div(SequenceView::query_length(p, batch), kBlockM);
+      const int local = tile - first_tile;
+      if (local < m_blocks * heads) return QueryTileCoord{m_blocks - 1 - local % m_blocks, local / m_blocks, batch};
+      first_tile += m_blocks * heads;
     }
     return QueryTileCoord::end();
   }
 
  private:
-  __device__ __forceinline__ static QueryTileCoord locate_dense(const FwdParams& p, int tile) {
-    const int m_blocks = ceil_div(p.shape.seqlen_q, kBlockM);
-    if (m_blocks <= 0) return QueryTileCoord::end();
-    const int rest = tile / m_blocks;
-    if (rest / p.shape.heads >= p.shape.batch) return QueryTileCoord::end();
-    return QueryTileCoord{m_blocks - 1 - tile % m_blocks, rest % p.shape.heads, rest / p.shape.heads};
+  __device__ __forceinline__ static QueryTileCoord locate_dense(const FwdParams& p, QueryTileOrder order, int tile) {
+    const int m_blocks = ceil_div(p.shape.seqlen_q, kBlockM), pairs = p.shape.batch * p.shape.heads;
+    if (tile >= m_blocks * pairs) return QueryTileCoord::end();
+    int pair, m_block;
+    if (order.group_pairs > 0) {
+      const int group_tiles = order.group_pairs * m_blocks, group = tile / group_tiles;
+      const int first_pair = group * order.group_pairs, in_group = tile - group * group_tiles;
+      const int group_size = min(order.group_pairs, pairs - first_pair);
+      pair = first_pair + in_group % group_size;
+      m_block = m_blocks - 1 - in_group / group_size;
+    } else {
+      pair = tile / m_blocks;
+      m_block = m_blocks - 1 - tile % m_blocks;
+    }
+    return QueryTileCoord{m_block, pair % p.shape.heads, pair / p.shape.heads};
   }
 };
+
+// The group size of the heaviest-first order: as many (batch, query head) pairs as have keys and
+// values within kL2Budget bytes, their query heads' shares of GQA K/V heads counted whole (an
+// over-estimate), at least 1. Half of an H100's / H200's 50 MB L2: the rest holds Q, O and the
+// neighbouring group's keys.
+constexpr int64_t kL2Budget = 24ll << 20;
+inline int heaviest_first_group_pairs(const FwdParams& p) {
+  const int64_t pair_bytes = static_cast<int64_t>(p.shape.seqlen_k) * p.shape.headdim * 2 * 2;
+  const int64_t pairs = static_cast<int64_t>(p.shape.batch) * p.shape.heads;
+  const int64_t fit = pair_bytes > 0 ? kL2Budget / pair_bytes : pairs;
+  return static_cast<int>(fit < 1 ? 1 : fit > pairs ? pairs : fit);
+}
 
 }  // namespace flash

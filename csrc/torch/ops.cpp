@@ -207,11 +207,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_fwd(
   auto params = fwd_params(q, k, v, out4, lse, o, batch);
   if (dropout_p > 0) params.dropout.philox = philox_for_forward(batch, heads);
   params.dropout.rng_state_out = rng_state.data_ptr<int64_t>();
-  at::Tensor tile_counter;  // for a dynamic tile walk; the launcher that uses it zeroes it
-  if (flash::query_tiles_uneven(params)) {
-    tile_counter = at::empty({1}, q.options().dtype(at::kInt));
-    params.tile_counter = tile_counter.data_ptr<int>();
-  }
   if (out4.numel() == 0 || batch == 0 || params.shape.seqlen_q == 0) {
     rng_state.zero_();
     return {out, lse, rng_state};

@@ -19,9 +19,8 @@
 //                       (store_lds_transposed_16) or read with four 2-byte reads.
 //   Mma16816 / mma_16816  Mfma<T, Shape> / mfma<T, Shape> for Mfma32x32x8 and Mfma16x16x16.
 //   pack_pair, to_float, from_float   same names and meaning for half_t and bfloat16_t.
-//   shuffle, shuffle_xor, shuffle_up, first_lane_where, warp_sum, warp_max   same meaning over 64
-//                       lanes (__shfl / __shfl_xor / __ballot with width 64: no *_sync, no 32-bit
-//                       lane masks).
+//   shuffle, shuffle_xor, warp_sum, warp_max   same meaning over 64 lanes (__shfl / __shfl_xor with
+//                       width 64: no *_sync, no 32-bit lane masks).
 //   quad_max, quad_sum  not provided: they encode the mma.sync row-over-4-lanes layout. The CDNA
 //                       counterpart is column_max / column_sum<Shape> (cdna_mfma.cuh): the lanes
 //                       that hold one accumulator column, 2 of them (32x32) or 4 (16x16).
@@ -206,14 +205,6 @@ __device__ __forceinline__ float shuffle_xor(float value, int lane_mask) {
 __device__ __forceinline__ uint32_t shuffle_xor(uint32_t value, int lane_mask) {
   return __shfl_xor(value, lane_mask, kWarpSize);
 }
-
-__device__ __forceinline__ int shuffle(int value, int src_lane) { return __shfl(value, src_lane, kWarpSize); }
-
-// Lane L gets lane L - delta's value (its own where L < delta).
-__device__ __forceinline__ int shuffle_up(int value, int delta) { return __shfl_up(value, delta, kWarpSize); }
-
-// The lowest lane whose `pred` is true, -1 where none is (every lane of the wave takes part).
-__device__ __forceinline__ int first_lane_where(bool pred) { return __ffsll(__ballot(pred)) - 1; }
 
 // Max / sum over the lanes that agree with this one in lane % kStride (lane, lane ^ kStride, ...).
 template <int kStride>

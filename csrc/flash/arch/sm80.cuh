@@ -151,14 +151,6 @@ __device__ __forceinline__ uint32_t shuffle_xor(uint32_t value, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, value, lane_mask);
 }
 
-__device__ __forceinline__ int shuffle(int value, int src_lane) { return __shfl_sync(0xffffffffu, value, src_lane); }
-
-// Lane L gets lane L - delta's value (its own where L < delta).
-__device__ __forceinline__ int shuffle_up(int value, int delta) { return __shfl_up_sync(0xffffffffu, value, delta); }
-
-// The lowest lane whose `pred` is true, -1 where none is (every lane of the warp takes part).
-__device__ __forceinline__ int first_lane_where(bool pred) { return __ffs(__ballot_sync(0xffffffffu, pred)) - 1; }
-
 // The 4 lanes of a quad (same g) hold one accumulator row: reduce across them.
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, shuffle_xor(v, 1));
