@@ -27,8 +27,11 @@ HIDDEN, TOKENS = 2048, 16384
 MIXED = (3586, 1705, 3232, 3774, 1850, 293, 1188, 756)  # the features suite's varlen lengths (seed 0)
 
 
-def timed_us(fn, grid):
-    os.environ["FLASH_ATTN_SM90_FWD_GRID"] = grid
+def timed_us(fn, variant):
+    """variant: "default", "tiles" (one CTA per tile) or "ws" (the warp-specialized kernel forced,
+    default grid: hd64 runs the cp.async kernel on short walks by default)."""
+    os.environ["FLASH_ATTN_SM90_FWD_GRID"] = "tiles" if variant == "tiles" else "default"
+    os.environ["FLASH_ATTN_SM90_FWD"] = "ws" if variant == "ws" else "default"
     fn()
     return do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
 
@@ -48,7 +51,8 @@ def print_row(label, name, flops, grids, fns):
 
 
 # --quick: the cells a change of per-tile cost moves most (short walks), and hd64 as a control
-QUICK_CELLS = [(128, 512, False), (128, 512, True), (128, 2048, False), (128, 2048, True), (64, 512, False)]
+QUICK_CELLS = [(128, 512, False), (128, 512, True), (128, 2048, False), (128, 2048, True), (64, 512, False),
+               (64, 512, True), (64, 2048, True)]
 
 
 def dense_rows(label, grids, with_cudnn, quick):
@@ -87,10 +91,10 @@ def main():
     parser.add_argument("--quick", action="store_true", help="QUICK_CELLS and the varlen rows only")
     args = parser.parse_args()
     torch.manual_seed(0)
-    grids = ["default"] if args.only_default else ["default", "tiles"]
+    grids = ["default"] if args.only_default else ["default", "tiles", "ws"]
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "cudnn", torch.backends.cudnn.version(),
           "flash_attn from", os.path.dirname(flash_attn.__file__))
-    header = ["build", "shape"] + [f"ours, grid {g}" for g in grids] + ([] if args.only_default else ["cuDNN"])
+    header = ["build", "shape"] + [f"ours, {g}" for g in grids] + ([] if args.only_default else ["cuDNN"])
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     dense_rows(args.label, grids, with_cudnn=not args.only_default, quick=args.quick)
