@@ -2,7 +2,7 @@
 tests' check that the CUDA kernels draw exactly these bits.
 
 Element (query i, key j) of (batch b, head h) is kept iff its random byte < keep_threshold, with the
-byte taken from Philox4x32-10 (key = the 64-bit seed; counter = (j // 32, (i // 16) * 32 + v,
+byte taken from Philox4x32-7 (key = the 64-bit seed; counter = (j // 32, (i // 16) * 32 + v,
 low and high words of offset + b * heads + h), v = 4 * (i % 8) + (j % 8) // 2), word (j % 32) // 8,
 byte 2 * ((i % 16) // 8) + j % 2. Arithmetic is on int64 tensors with 32-bit values.
 """
@@ -29,9 +29,13 @@ def _mul_hi_lo(a, b):
     return hi & _MASK32, lo
 
 
-def philox4x32_10(c0, c1, c2, c3, key0, key1):
-    """Philox4x32 with 10 rounds on int64 tensors of 32-bit counters; key0, key1 python ints."""
-    for _ in range(10):
+# The rounds of dropout.cuh's kPhiloxRounds (FlashAttention 2's count; the reason is written there).
+PHILOX_ROUNDS = 7
+
+
+def philox4x32(c0, c1, c2, c3, key0, key1, rounds=PHILOX_ROUNDS):
+    """Philox4x32 on int64 tensors of 32-bit counters; key0, key1 python ints."""
+    for _ in range(rounds):
         hi0, lo0 = _mul_hi_lo(_MUL0, c0)
         hi1, lo1 = _mul_hi_lo(_MUL1, c2)
         c0, c1, c2, c3 = hi1 ^ c1 ^ key0, lo1, hi0 ^ c3 ^ key1, lo0
@@ -60,7 +64,7 @@ def keep_mask(seed, offset, batch, heads, seqlen_q, seqlen_k, dropout_p, batch_i
     c1 = ((i // 16) * 32 + vlane).expand(shape) & _MASK32
     c2 = (stream & _MASK32).expand(shape)
     c3 = (stream >> 32).expand(shape)
-    words = philox4x32_10(c0, c1, c2, c3, seed & _MASK32, seed >> 32)
+    words = philox4x32(c0, c1, c2, c3, seed & _MASK32, seed >> 32)
     word_index = ((j % 32) // 8).expand(shape)
     word = torch.zeros(shape, dtype=torch.int64)
     for index, w in enumerate(words):

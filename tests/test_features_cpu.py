@@ -84,13 +84,20 @@ def test_dropout_keep_mask_chunks_agree():
 
 
 def test_philox_known_answer():
-    """Philox4x32-10 against the Random123 known-answer vector (counter and key all ones...)."""
+    """Philox4x32 against Random123's known-answer vectors (counter and key all ones, all zeros) at
+    the 7 rounds the masks use and at Random123's default 10."""
     ones = lambda: torch.tensor([0xFFFFFFFF], dtype=torch.int64)  # noqa: E731
-    words = dropout_lib.philox4x32_10(ones(), ones(), ones(), ones(), 0xFFFFFFFF, 0xFFFFFFFF)
-    assert [int(w) for w in words] == [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]
     zero = lambda: torch.tensor([0], dtype=torch.int64)  # noqa: E731
-    words = dropout_lib.philox4x32_10(zero(), zero(), zero(), zero(), 0, 0)
-    assert [int(w) for w in words] == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+    expected = {
+        7: ([0x5207DDC2, 0x45165E59, 0x4D8EE751, 0x8C52F662], [0x5F6FB709, 0x0D893F64, 0x4F121F81, 0x4F730A48]),
+        10: ([0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD], [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
+    }
+    assert dropout_lib.PHILOX_ROUNDS == 7
+    for rounds, (from_ones, from_zeros) in expected.items():
+        words = dropout_lib.philox4x32(ones(), ones(), ones(), ones(), 0xFFFFFFFF, 0xFFFFFFFF, rounds)
+        assert [int(w) for w in words] == from_ones
+        words = dropout_lib.philox4x32(zero(), zero(), zero(), zero(), 0, 0, rounds)
+        assert [int(w) for w in words] == from_zeros
 
 
 def test_window_semantics_bottom_right():
