@@ -33,16 +33,24 @@ def triton_version():
     return triton.__version__
 
 
-def git_commit():
-    """The checkout's commit, or None outside a git checkout (the GPU machine may get no .git)."""
+def _git(*args):
+    """stdout of `git args` in this package's checkout, or None where git or a checkout is missing."""
     try:
-        result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
-                                capture_output=True, text=True, timeout=5)
+        result = subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
-    if result.returncode != 0:
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def git_commit():
+    """The checkout's commit, or None outside a git checkout (the GPU machine may get no .git), with
+    " + uncommitted changes" where tracked files differ from it: the GPU machine's copy of the
+    working tree can carry an older .git than the code that runs."""
+    commit = _git("rev-parse", "--short", "HEAD")
+    if not commit:
         return None
-    return result.stdout.strip() or None
+    changes = _git("status", "--porcelain", "--untracked-files=no")
+    return commit + (" + uncommitted changes" if changes else "")
 
 
 def device_info():
