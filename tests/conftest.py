@@ -9,6 +9,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))  # `import helpers` under any pytest import mode
 
+# Without a GPU, Triton kernels (flash_attn/triton) run in Triton's interpreter; it must be chosen
+# before triton is first imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 @pytest.fixture(autouse=True)
 def _seed_per_test(request):

@@ -1,0 +1,140 @@
+"""Host side of the portable Triton backend (issue #9): launches flash_attn/triton/kernels.py on
+dense (batch, seqlen, heads, headdim) or varlen (total, heads, headdim) tensors, with the
+semantics of flash_attn/reference.py: lse (batch, heads, seqlen_q) dense or (heads, total_q)
+varlen, +inf (and output 0) for a query that sees no key.
+
+What this first part covers: forward and backward, fp32 / fp16 / bf16, causal and local windows,
+softcap, ALiBi, GQA / MQA, varlen. Not yet: dropout (rejected by name), the kvcache path, fp8, the
+FLASH_ATTENTION_TRITON_AMD_ENABLE switch of the public functions, autotuning. Without a GPU it runs
+under Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported).
+"""
+
+import torch
+import triton
+
+from . import kernels
+
+# Tiles: 64 x 64 up to head dim 128 (the Triton fused-attention tutorial's forward tile on
+# Hopper-class GPUs), 32 x 32 above it so that the fp32 accumulators of a 256-wide head fit.
+# Not tuned yet (autotuning is part of issue #9).
+def _blocks(headdim_padded):
+    return (64, 64) if headdim_padded <= 128 else (32, 32)
+
+
+def _dot_precision(dtype):
+    """fp32 inputs multiply in full fp32 ("ieee"), not TF32: the fp32 path is for accuracy."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+class _Problem:
+    """Strides, lengths and flags shared by the three kernels of one call."""
+
+    def __init__(self, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap,
+                 alibi_slopes):
+        self.varlen = cu_seqlens_q is not None
+        if self.varlen:
+            self.batch = cu_seqlens_q.numel() - 1
+            self.seqlen_q, self.seqlen_k = int(max_seqlen_q), int(max_seqlen_k)
+            self.heads, self.headdim = q.shape[1], q.shape[2]
+            self.heads_k = k.shape[1]
+            self.cu_q, self.cu_k = cu_seqlens_q, cu_seqlens_k
+        else:
+            self.batch, self.seqlen_q, self.heads, self.headdim = q.shape
+            self.seqlen_k, self.heads_k = k.shape[1], k.shape[2]
+            self.cu_q = self.cu_k = q  # unread when not varlen; any pointer
+        self.group = self.heads // self.heads_k
+        self.left, self.right = window
+        self.softcap = float(softcap)
+        self.slopes = alibi_slopes
+        self.block_d = max(16, triton.next_power_of_2(self.headdim))
+        self.block_m, self.block_n = _blocks(self.block_d)
+        self.dtype = q.dtype
+
+    def strides(self, t):
+        """(batch, row, head) strides of a q/k/v-like tensor; batch 0 for varlen."""
+        if self.varlen:
+            return 0, t.stride(0), t.stride(1)
+        return t.stride(0), t.stride(1), t.stride(2)
+
+    def vector_strides(self, lse):
+        """(batch, head) strides of lse-like vectors: dense (b, h, s), varlen (h, total)."""
+        return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
+
+    def slope_args(self, device):
+        if self.slopes is None:
+            return torch.empty(1, device=device, dtype=torch.float32), 0
+        return self.slopes, (self.slopes.stride(0) if self.slopes.dim() == 2 else 0)
+
+    def query_grid(self):
+        return (triton.cdiv(self.seqlen_q, self.block_m), self.heads, self.batch)
+
+    def key_grid(self):
+        return (triton.cdiv(self.seqlen_k, self.block_n), self.heads, self.batch)
+
+    def tail_args(self, scale):
+        return (self.seqlen_q, self.seqlen_k, self.group, self.headdim, float(scale), self.softcap, self.left,
+                self.right)
+
+    def meta(self):
+        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_D=self.block_d, VARLEN=self.varlen,
+                    HAS_SOFTCAP=self.softcap > 0, HAS_ALIBI=self.slopes is not None,
+                    DOT_PRECISION=_dot_precision(self.dtype))
+
+
+def _check(q, k, v, dropout_p):
+    if dropout_p != 0.0:
+        raise NotImplementedError("flash_attn Triton backend: dropout_p > 0 is not supported yet")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise TypeError(f"flash_attn Triton backend: {name} must be float32, float16 or bfloat16, got {t.dtype}")
+        if t.stride(-1) != 1:
+            raise ValueError(f"flash_attn Triton backend: {name} must have a contiguous last dimension")
+
+
+def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
+            cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0):
+    """(out, lse). window: (left, right) normalized as reference.normalize_window does."""
+    _check(q, k, v, dropout_p)
+    pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes)
+    out = torch.empty_like(q)
+    lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
+    lse = torch.full(lse_shape, float("inf"), device=q.device, dtype=torch.float32)
+    if pr.varlen:
+        out.zero_()  # rows outside every sequence
+    if q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0:
+        return out.zero_(), lse
+    slopes, slope_stride = pr.slope_args(q.device)
+    kernels.attention_forward_kernel[pr.query_grid()](
+        q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, *pr.strides(q), *pr.strides(k), *pr.strides(v),
+        *pr.strides(out), *pr.vector_strides(lse), slope_stride, *pr.tail_args(softmax_scale), **pr.meta())
+    return out, lse
+
+
+def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None,
+             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0):
+    """(dq, dk, dv) for the forward's (out, lse)."""
+    _check(q, k, v, dropout_p)
+    pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes)
+    dout = dout.contiguous() if dout.stride(-1) != 1 else dout
+    dq = torch.zeros_like(q)
+    # one dK / dV slice per query head, summed over the query heads of each KV head below
+    slice_shape = (*k.shape[:-2], pr.heads, pr.headdim)
+    dk_slices = torch.zeros(slice_shape, device=k.device, dtype=k.dtype)
+    dv_slices = torch.zeros(slice_shape, device=k.device, dtype=k.dtype)
+    if q.numel() > 0 and k.numel() > 0 and pr.batch > 0:
+        # D = rowsum(dO * O), laid out like lse
+        delta = (dout.float() * out.float()).sum(-1)
+        delta = delta.transpose(0, 1).contiguous() if pr.varlen else delta.transpose(1, 2).contiguous()
+        slopes, slope_stride = pr.slope_args(q.device)
+        common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(dout), *pr.vector_strides(lse),
+                  slope_stride)
+        kernels.attention_backward_dkdv_kernel[pr.key_grid()](
+            q, k, v, dout, lse, delta, dk_slices, dv_slices, pr.cu_q, pr.cu_k, slopes, *common,
+            *pr.strides(dk_slices), *pr.tail_args(softmax_scale), **pr.meta())
+        kernels.attention_backward_dq_kernel[pr.query_grid()](
+            q, k, v, dout, lse, delta, dq, pr.cu_q, pr.cu_k, slopes, *common, *pr.tail_args(softmax_scale),
+            **pr.meta())
+    if pr.group == 1:
+        return dq, dk_slices, dv_slices
+    grouped = (*k.shape[:-2], pr.heads_k, pr.group, pr.headdim)
+    return dq, dk_slices.view(grouped).sum(-2), dv_slices.view(grouped).sum(-2)

@@ -1,0 +1,242 @@
+"""Triton kernels of the portable backend (issue #9): forward, and the backward as two kernels
+(dK/dV per key block, dQ per query block: no atomics, so the gradients are deterministic).
+
+Every kernel runs on a grid of (block, query head, batch) over dense tensors (batch, seqlen, heads,
+headdim) or packed varlen ones (total, heads, headdim) whose sequence b is rows [cu[b], cu[b+1]);
+scores follow flash_attn/reference.py (FlashAttention 2's order): s = q.k * scale, then softcap,
+then ALiBi, then the window mask (bottom-right aligned; left / right -1 unbounded).
+The exponentials are base 2 with log2(e) folded into the scores.
+"""
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _sequence(cu_ptr, batch, seqlen, VARLEN: tl.constexpr):
+    """(first row, length) of sequence `batch`: from cu_seqlens (varlen) or (0, seqlen) (dense)."""
+    if VARLEN:
+        first = tl.load(cu_ptr + batch)
+        length = tl.load(cu_ptr + batch + 1) - first
+    else:
+        first = 0
+        length = seqlen
+    return first, length
+
+
+@triton.jit
+def _tanh(x):
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def _scores(q, k, rows, cols, seqlen_q, seqlen_k, scale, softcap, slope, left, right,
+            HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Final scores (BLOCK_M, BLOCK_N) of q (BLOCK_M, D) against k (BLOCK_N, D), -inf where masked,
+    and t = tanh(q.k * scale / softcap) (1 without softcap) for the backward's chain rule."""
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
+    t = tl.full(s.shape, 1.0, tl.float32)
+    if HAS_SOFTCAP:
+        t = _tanh(s / softcap)
+        s = softcap * t
+    diagonal = rows[:, None] + (seqlen_k - seqlen_q)
+    if HAS_ALIBI:
+        distance = diagonal - cols[None, :]
+        s = s - slope * tl.where(distance < 0, -distance, distance).to(tl.float32)
+    visible = (cols[None, :] < seqlen_k) & (rows[:, None] < seqlen_q)
+    if right >= 0:
+        visible = visible & (cols[None, :] <= diagonal + right)
+    if left >= 0:
+        visible = visible & (cols[None, :] >= diagonal - left)
+    return tl.where(visible, s, float("-inf")), t
+
+
+@triton.jit
+def _key_range(m0, block_m, seqlen_q, seqlen_k, left, right, BLOCK_N: tl.constexpr):
+    """Keys [lo, hi) that queries [m0, m0 + block_m) can see, lo a multiple of BLOCK_N."""
+    diagonal = seqlen_k - seqlen_q
+    hi = seqlen_k
+    if right >= 0:
+        hi = tl.minimum(hi, m0 + block_m - 1 + diagonal + right + 1)
+    lo = 0
+    if left >= 0:
+        lo = tl.maximum(0, m0 + diagonal - left) // BLOCK_N * BLOCK_N
+    return lo, hi
+
+
+@triton.jit
+def _query_range(n0, block_n, seqlen_q, seqlen_k, left, right, BLOCK_M: tl.constexpr):
+    """Queries [lo, hi) that can see some key of [n0, n0 + block_n), lo a multiple of BLOCK_M."""
+    diagonal = seqlen_k - seqlen_q
+    lo = 0
+    if right >= 0:
+        lo = tl.maximum(0, n0 - diagonal - right) // BLOCK_M * BLOCK_M
+    hi = seqlen_q
+    if left >= 0:
+        hi = tl.minimum(hi, n0 + block_n - 1 - diagonal + left + 1)
+    return lo, hi
+
+
+@triton.jit
+def attention_forward_kernel(
+        Q, K, V, Out, Lse, CuQ, CuK, Slopes,
+        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+        stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
+        seqlen_q, seqlen_k, group, headdim, scale, softcap, left, right,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    q_first, len_q = _sequence(CuQ, batch, seqlen_q, VARLEN)
+    k_first, len_k = _sequence(CuK, batch, seqlen_k, VARLEN)
+    m0 = m_block * BLOCK_M
+    if m0 < len_q:
+        rows = m0 + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, BLOCK_D)
+        dim_ok = dims[None, :] < headdim
+        kv_head = head // group
+        q = tl.load(Q + batch * stride_qb + (q_first + rows[:, None]) * stride_qs + head * stride_qh + dims[None, :],
+                    mask=(rows[:, None] < len_q) & dim_ok, other=0.0)
+        slope = 0.0
+        if HAS_ALIBI:
+            slope = tl.load(Slopes + batch * stride_slope_b + head)
+        m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BLOCK_M,), tl.float32)
+        acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+        lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
+        for n0 in range(lo, hi, BLOCK_N):
+            cols = n0 + tl.arange(0, BLOCK_N)
+            kv_mask = (cols[:, None] < len_k) & dim_ok
+            k = tl.load(K + batch * stride_kb + (k_first + cols[:, None]) * stride_ks + kv_head * stride_kh
+                        + dims[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(V + batch * stride_vb + (k_first + cols[:, None]) * stride_vs + kv_head * stride_vh
+                        + dims[None, :], mask=kv_mask, other=0.0)
+            s, _ = _scores(q, k, rows, cols, len_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP,
+                           HAS_ALIBI, DOT_PRECISION)
+            s = s * LOG2E
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that see no key yet
+            p = tl.exp2(s - m_base[:, None])
+            alpha = tl.exp2(m_i - m_base)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+            m_i = m_new
+        seen = l_i > 0
+        out = acc / tl.where(seen, l_i, 1.0)[:, None]
+        lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) / LOG2E, float("inf"))
+        tl.store(Out + batch * stride_ob + (q_first + rows[:, None]) * stride_os + head * stride_oh + dims[None, :],
+                 out.to(Out.dtype.element_ty), mask=(rows[:, None] < len_q) & dim_ok)
+        tl.store(Lse + batch * stride_lb + head * stride_lh + q_first + rows, lse, mask=rows < len_q)
+
+
+@triton.jit
+def _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
+                   HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """P (BLOCK_M, BLOCK_N) recomputed from the forward's lse, and dS/d(q.k) per unit of dS:
+    scale, times 1 - t^2 with softcap."""
+    s, t = _scores(q, k, rows, cols, len_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI,
+                   DOT_PRECISION)
+    p = tl.exp2((s - lse[:, None]) * LOG2E)
+    chain = tl.full(s.shape, 1.0, tl.float32) * scale
+    if HAS_SOFTCAP:
+        chain = chain * (1.0 - t * t)
+    return p, chain
+
+
+@triton.jit
+def attention_backward_dkdv_kernel(
+        Q, K, V, DOut, Lse, Delta, DK, DV, CuQ, CuK, Slopes,
+        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+        stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
+        stride_gb, stride_gs, stride_gh,
+        seqlen_q, seqlen_k, group, headdim, scale, softcap, left, right,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """dK, dV of one key block for one query head (DK, DV hold one slice per query head, strides
+    stride_g*; the caller sums the slices of a KV head)."""
+    n_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    q_first, len_q = _sequence(CuQ, batch, seqlen_q, VARLEN)
+    k_first, len_k = _sequence(CuK, batch, seqlen_k, VARLEN)
+    n0 = n_block * BLOCK_N
+    if n0 < len_k:
+        cols = n0 + tl.arange(0, BLOCK_N)
+        dims = tl.arange(0, BLOCK_D)
+        dim_ok = dims[None, :] < headdim
+        kv_head = head // group
+        kv_mask = (cols[:, None] < len_k) & dim_ok
+        k = tl.load(K + batch * stride_kb + (k_first + cols[:, None]) * stride_ks + kv_head * stride_kh + dims[None, :],
+                    mask=kv_mask, other=0.0)
+        v = tl.load(V + batch * stride_vb + (k_first + cols[:, None]) * stride_vs + kv_head * stride_vh + dims[None, :],
+                    mask=kv_mask, other=0.0)
+        slope = 0.0
+        if HAS_ALIBI:
+            slope = tl.load(Slopes + batch * stride_slope_b + head)
+        dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+        dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+        lo, hi = _query_range(n0, BLOCK_N, len_q, len_k, left, right, BLOCK_M)
+        for m0 in range(lo, hi, BLOCK_M):
+            rows = m0 + tl.arange(0, BLOCK_M)
+            q_mask = (rows[:, None] < len_q) & dim_ok
+            q_offsets = (q_first + rows[:, None]) * stride_qs + head * stride_qh + dims[None, :]
+            q = tl.load(Q + batch * stride_qb + q_offsets, mask=q_mask, other=0.0)
+            do = tl.load(DOut + batch * stride_ob + (q_first + rows[:, None]) * stride_os + head * stride_oh
+                         + dims[None, :], mask=q_mask, other=0.0)
+            vector_offsets = batch * stride_lb + head * stride_lh + q_first + rows
+            lse = tl.load(Lse + vector_offsets, mask=rows < len_q, other=float("inf"))
+            delta = tl.load(Delta + vector_offsets, mask=rows < len_q, other=0.0)
+            p, chain = _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
+                                      HAS_SOFTCAP, HAS_ALIBI, DOT_PRECISION)
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            ds = p * (dp - delta[:, None]) * chain
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=DOT_PRECISION)
+        g_offsets = batch * stride_gb + (k_first + cols[:, None]) * stride_gs + head * stride_gh + dims[None, :]
+        tl.store(DK + g_offsets, dk.to(DK.dtype.element_ty), mask=kv_mask)
+        tl.store(DV + g_offsets, dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def attention_backward_dq_kernel(
+        Q, K, V, DOut, Lse, Delta, DQ, CuQ, CuK, Slopes,
+        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+        stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
+        seqlen_q, seqlen_k, group, headdim, scale, softcap, left, right,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """dQ of one query block (DQ laid out like Q)."""
+    m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    q_first, len_q = _sequence(CuQ, batch, seqlen_q, VARLEN)
+    k_first, len_k = _sequence(CuK, batch, seqlen_k, VARLEN)
+    m0 = m_block * BLOCK_M
+    if m0 < len_q:
+        rows = m0 + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, BLOCK_D)
+        dim_ok = dims[None, :] < headdim
+        kv_head = head // group
+        q_mask = (rows[:, None] < len_q) & dim_ok
+        q_offsets = batch * stride_qb + (q_first + rows[:, None]) * stride_qs + head * stride_qh + dims[None, :]
+        q = tl.load(Q + q_offsets, mask=q_mask, other=0.0)
+        do = tl.load(DOut + batch * stride_ob + (q_first + rows[:, None]) * stride_os + head * stride_oh
+                     + dims[None, :], mask=q_mask, other=0.0)
+        vector_offsets = batch * stride_lb + head * stride_lh + q_first + rows
+        lse = tl.load(Lse + vector_offsets, mask=rows < len_q, other=float("inf"))
+        delta = tl.load(Delta + vector_offsets, mask=rows < len_q, other=0.0)
+        slope = 0.0
+        if HAS_ALIBI:
+            slope = tl.load(Slopes + batch * stride_slope_b + head)
+        dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+        lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
+        for n0 in range(lo, hi, BLOCK_N):
+            cols = n0 + tl.arange(0, BLOCK_N)
+            kv_mask = (cols[:, None] < len_k) & dim_ok
+            k = tl.load(K + batch * stride_kb + (k_first + cols[:, None]) * stride_ks + kv_head * stride_kh
+                        + dims[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(V + batch * stride_vb + (k_first + cols[:, None]) * stride_vs + kv_head * stride_vh
+                        + dims[None, :], mask=kv_mask, other=0.0)
+            p, chain = _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
+                                      HAS_SOFTCAP, HAS_ALIBI, DOT_PRECISION)
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            ds = p * (dp - delta[:, None]) * chain
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
+        tl.store(DQ + q_offsets, dq.to(DQ.dtype.element_ty), mask=q_mask)

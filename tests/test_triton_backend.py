@@ -1,0 +1,105 @@
+"""The portable Triton backend (flash_attn/triton, issue #9): forward and backward against the
+reference with the tolerance rule, on the GPU where there is one and otherwise under Triton's
+interpreter (TRITON_INTERPRET=1, set by conftest.py on machines without CUDA; CI installs a
+Triton whose interpreter runs with its numpy).
+
+fp32 inputs are checked against an fp64 reference: the rule's bound is then the fp32 reference's
+own error (times the factor), which the backend's fp32 products ("ieee" dots, no TF32) and fp32
+softmax can meet. bf16 runs on the GPU only: Triton's interpreter (3.6 and 3.9) reads bf16
+tensors wrongly (errors of 1e9 on a 40 x 64 product), whatever the kernel.
+"""
+
+import pytest
+import torch
+
+from feature_checks import make_cu_seqlens
+from helpers import Results, assert_matches_reference
+
+triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+DTYPE_IDS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _compute_dtype(dtype):
+    return torch.float64 if dtype == torch.float32 else torch.float32
+
+
+def _slopes(alibi, batch, nheads):
+    if not alibi:
+        return None
+    return (torch.rand(batch, nheads, device=DEVICE) * 0.5 + 0.05).float()
+
+
+def _window(causal, window_size):
+    left, right = window_size
+    return (left, 0) if causal else (left, right)
+
+
+# (batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap, alibi)
+DENSE_CASES = [
+    (2, 70, 75, 4, 2, 32, True, (-1, -1), 0.0, False),
+    (1, 33, 129, 2, 1, 64, False, (-1, -1), 0.0, False),
+    (2, 100, 60, 2, 2, 40, True, (-1, -1), 0.0, False),
+    (1, 90, 90, 4, 4, 64, False, (20, 10), 0.0, False),
+    (1, 80, 96, 2, 1, 32, True, (30, -1), 8.0, True),
+    (2, 65, 65, 2, 2, 96, False, (-1, -1), 5.0, False),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("batch,seqlen_q,seqlen_k,nheads,nheads_k,headdim,causal,window_size,softcap,alibi",
+                         DENSE_CASES)
+def test_triton_dense(dtype, batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap,
+                      alibi):
+    new = lambda s, h: torch.randn(batch, s, h, headdim, dtype=dtype, device=DEVICE)  # noqa: E731
+    q, k, v, dout = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k), new(seqlen_q, nheads)
+    slopes = _slopes(alibi, batch, nheads)
+    scale = headdim ** -0.5
+    options = dict(window=_window(causal, window_size), softcap=softcap, alibi_slopes=slopes)
+    out, lse = triton_backend.forward(q, k, v, scale, **options)
+    assert out.dtype == dtype and lse.shape == (batch, nheads, seqlen_q) and lse.dtype == torch.float32
+    grads = triton_backend.backward(dout, q, k, v, out, lse, scale, **options)
+    assert all(g.shape == t.shape and g.dtype == dtype for g, t in zip(grads, (q, k, v)))
+    assert_matches_reference(Results(out, lse, *grads), q, k, v, dout, causal, scale, _compute_dtype(dtype),
+                             window_size=window_size, softcap=softcap, alibi_slopes=slopes)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_triton_varlen(dtype, causal):
+    """Packed sequences of very different lengths, 0 and 1 among them, GQA; each sequence against the
+    reference run on it alone, and rows of no sequence left at zero."""
+    lengths_q = [0, 1, 37, 130, 5, 64]
+    lengths_k = lengths_q if causal else [3, 1, 50, 100, 0, 64]
+    nheads, nheads_k, headdim = 4, 2, 64
+    total_q, total_k = sum(lengths_q) + 3, sum(lengths_k)  # 3 trailing rows outside every sequence
+    new = lambda s, h: torch.randn(s, h, headdim, dtype=dtype, device=DEVICE)  # noqa: E731
+    q, k, v, dout = new(total_q, nheads), new(total_k, nheads_k), new(total_k, nheads_k), new(total_q, nheads)
+    cu_q, cu_k = make_cu_seqlens(lengths_q, DEVICE), make_cu_seqlens(lengths_k, DEVICE)
+    scale = headdim ** -0.5
+    options = dict(window=(-1, 0) if causal else (-1, -1), cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                   max_seqlen_q=max(lengths_q), max_seqlen_k=max(lengths_k))
+    out, lse = triton_backend.forward(q, k, v, scale, **options)
+    assert lse.shape == (nheads, total_q)
+    dq, dk, dv = triton_backend.backward(dout, q, k, v, out, lse, scale, **options)
+    bq, bk = cu_q.tolist(), cu_k.tolist()
+    for b in range(len(lengths_q)):
+        if lengths_q[b] == 0:
+            continue
+        rq, rk = slice(bq[b], bq[b + 1]), slice(bk[b], bk[b + 1])
+        one = lambda t, rows: t[rows].unsqueeze(0)  # noqa: E731
+        ours = Results(one(out, rq), lse[:, rq].unsqueeze(0), one(dq, rq), one(dk, rk), one(dv, rk))
+        assert_matches_reference(ours, one(q, rq), one(k, rk), one(v, rk), one(dout, rq), causal, scale,
+                                 _compute_dtype(dtype))
+    tail = slice(bq[-1], total_q)
+    assert not out[tail].any() and not dq[tail].any() and torch.isinf(lse[:, tail]).all()
+
+
+def test_triton_rejects_dropout_and_other_dtypes():
+    q = torch.randn(1, 8, 1, 32, device=DEVICE)
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        triton_backend.forward(q, q, q, 0.1, dropout_p=0.1)
+    with pytest.raises(TypeError, match="q must be float32, float16 or bfloat16"):
+        triton_backend.forward(q.double(), q, q, 0.1)
