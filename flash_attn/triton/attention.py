@@ -7,6 +7,10 @@ What this first part covers: forward and backward, fp32 / fp16 / bf16, causal an
 softcap, ALiBi, GQA / MQA, varlen. Not yet: dropout (rejected by name), the kvcache path, fp8, the
 FLASH_ATTENTION_TRITON_AMD_ENABLE switch of the public functions, autotuning. Without a GPU it runs
 under Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported).
+Verified so far in the interpreter only (fp32 against fp64, fp16: tests/test_triton_backend.py).
+On an H100 the first compiled run found a constexpr error (fixed); the run after it did not finish
+within 150 s (25 cases, each compiling its own kernel variants; not diagnosed for lack of device
+time), so nothing here is verified on a GPU yet.
 """
 
 import torch

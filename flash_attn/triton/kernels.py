@@ -11,7 +11,7 @@ The exponentials are base 2 with log2(e) folded into the scores.
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr: jit functions read only those globals
 
 
 @triton.jit
