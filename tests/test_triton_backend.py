@@ -103,3 +103,19 @@ def test_triton_rejects_dropout_and_other_dtypes():
         triton_backend.forward(q, q, q, 0.1, dropout_p=0.1)
     with pytest.raises(TypeError, match="q must be float32, float16 or bfloat16"):
         triton_backend.forward(q.double(), q, q, 0.1)
+
+
+def test_triton_varlen_metadata_out_of_range():
+    """cu_seqlens past the tensors' rows and decreasing: the kernels clamp every entry into [0, total]
+    (as the CUDA kernels do) and stay inside the tensors. Sequence 1, [12, 1000), becomes rows
+    [12, 40), the later ones empty; sequences 0 and 1 are then exact."""
+    nheads, headdim, total = 2, 32, 40
+    q, k, v, dout = (torch.randn(total, nheads, headdim, device=DEVICE) for _ in range(4))
+    cu = torch.tensor([0, 12, 1000, 2000, -7], dtype=torch.int32, device=DEVICE)
+    options = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=64, max_seqlen_k=64)
+    out, lse = triton_backend.forward(q, k, v, headdim ** -0.5, **options)
+    dq, dk, dv = triton_backend.backward(dout, q, k, v, out, lse, headdim ** -0.5, **options)
+    for rows in (slice(0, 12), slice(12, 40)):
+        one = lambda t: t[rows].unsqueeze(0)  # noqa: E731
+        ours = Results(one(out), lse[:, rows].unsqueeze(0), one(dq), one(dk), one(dv))
+        assert_matches_reference(ours, one(q), one(k), one(v), one(dout), False, headdim ** -0.5, torch.float64)

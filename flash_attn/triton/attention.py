@@ -46,10 +46,11 @@ class _Problem:
             self.batch, self.seqlen_q, self.heads, self.headdim = q.shape
             self.seqlen_k, self.heads_k = k.shape[1], k.shape[2]
             self.cu_q = self.cu_k = q  # unread when not varlen; any pointer
+        self.total_q, self.total_k = q.shape[0], k.shape[0]  # varlen: the packed rows, the clamp bound
         self.group = self.heads // self.heads_k
         self.left, self.right = window
         self.softcap = float(softcap)
-        self.slopes = alibi_slopes
+        self.slopes = None if alibi_slopes is None else alibi_slopes.float().contiguous()
         self.block_d = max(16, triton.next_power_of_2(self.headdim))
         self.block_m, self.block_n = _blocks(self.block_d)
         self.dtype = q.dtype
@@ -76,8 +77,8 @@ class _Problem:
         return (triton.cdiv(self.seqlen_k, self.block_n), self.heads, self.batch)
 
     def tail_args(self, scale):
-        return (self.seqlen_q, self.seqlen_k, self.group, self.headdim, float(scale), self.softcap, self.left,
-                self.right)
+        return (self.seqlen_q, self.seqlen_k, self.total_q, self.total_k, self.group, self.headdim, float(scale),
+                self.softcap, self.left, self.right)
 
     def meta(self):
         return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_D=self.block_d, VARLEN=self.varlen,
@@ -120,6 +121,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.
     _check(q, k, v, dropout_p)
     pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes)
     dout = dout.contiguous() if dout.stride(-1) != 1 else dout
+    lse = lse.contiguous()  # D below is laid out like it
     dq = torch.zeros_like(q)
     # one dK / dV slice per query head, summed over the query heads of each KV head below
     slice_shape = (*k.shape[:-2], pr.heads, pr.headdim)

@@ -15,11 +15,15 @@ LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr: jit functions read only
 
 
 @triton.jit
-def _sequence(cu_ptr, batch, seqlen, VARLEN: tl.constexpr):
-    """(first row, length) of sequence `batch`: from cu_seqlens (varlen) or (0, seqlen) (dense)."""
+def _sequence(cu_ptr, batch, seqlen, total, VARLEN: tl.constexpr):
+    """(first row, length) of sequence `batch`: from cu_seqlens (varlen) or (0, seqlen) (dense).
+    Varlen metadata is clamped as the CUDA kernels' SequenceView clamps it: each entry into
+    [0, total] (the packed tensor's rows), each length to at most seqlen (max_seqlen), so no
+    cu_seqlens makes a kernel touch rows outside the tensors."""
     if VARLEN:
-        first = tl.load(cu_ptr + batch)
-        length = tl.load(cu_ptr + batch + 1) - first
+        first = tl.minimum(tl.maximum(tl.load(cu_ptr + batch), 0), total)
+        end = tl.minimum(tl.maximum(tl.load(cu_ptr + batch + 1), first), total)
+        length = tl.minimum(end - first, seqlen)
     else:
         first = 0
         length = seqlen
@@ -84,12 +88,12 @@ def attention_forward_kernel(
         Q, K, V, Out, Lse, CuQ, CuK, Slopes,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
-        seqlen_q, seqlen_k, group, headdim, scale, softcap, left, right,
+        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
         HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
     m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    q_first, len_q = _sequence(CuQ, batch, seqlen_q, VARLEN)
-    k_first, len_k = _sequence(CuK, batch, seqlen_k, VARLEN)
+    q_first, len_q = _sequence(CuQ, batch, seqlen_q, total_q, VARLEN)
+    k_first, len_k = _sequence(CuK, batch, seqlen_k, total_k, VARLEN)
     m0 = m_block * BLOCK_M
     if m0 < len_q:
         rows = m0 + tl.arange(0, BLOCK_M)
@@ -150,14 +154,14 @@ def attention_backward_dkdv_kernel(
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
         stride_gb, stride_gs, stride_gh,
-        seqlen_q, seqlen_k, group, headdim, scale, softcap, left, right,
+        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
         HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """dK, dV of one key block for one query head (DK, DV hold one slice per query head, strides
     stride_g*; the caller sums the slices of a KV head)."""
     n_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    q_first, len_q = _sequence(CuQ, batch, seqlen_q, VARLEN)
-    k_first, len_k = _sequence(CuK, batch, seqlen_k, VARLEN)
+    q_first, len_q = _sequence(CuQ, batch, seqlen_q, total_q, VARLEN)
+    k_first, len_k = _sequence(CuK, batch, seqlen_k, total_k, VARLEN)
     n0 = n_block * BLOCK_N
     if n0 < len_k:
         cols = n0 + tl.arange(0, BLOCK_N)
@@ -201,13 +205,13 @@ def attention_backward_dq_kernel(
         Q, K, V, DOut, Lse, Delta, DQ, CuQ, CuK, Slopes,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
-        seqlen_q, seqlen_k, group, headdim, scale, softcap, left, right,
+        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
         HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """dQ of one query block (DQ laid out like Q)."""
     m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    q_first, len_q = _sequence(CuQ, batch, seqlen_q, VARLEN)
-    k_first, len_k = _sequence(CuK, batch, seqlen_k, VARLEN)
+    q_first, len_q = _sequence(CuQ, batch, seqlen_q, total_q, VARLEN)
+    k_first, len_k = _sequence(CuK, batch, seqlen_k, total_k, VARLEN)
     m0 = m_block * BLOCK_M
     if m0 < len_q:
         rows = m0 + tl.arange(0, BLOCK_M)
