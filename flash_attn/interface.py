@@ -2,9 +2,13 @@
 so that switching is a change of import.
 
 Dense tensors are (batch, seqlen, nheads, headdim), varlen ones (total_tokens, nheads, headdim)
-with cu_seqlens; float16 or bfloat16. CUDA tensors run our kernels (sm80 or newer); CPU tensors
-run the exact chunked fp32 reference, which is correct but slow.
+with cu_seqlens; float16 or bfloat16, and float32 (flash_attn_with_kvcache: float16 or bfloat16).
+CUDA tensors run our kernels (sm80 or newer), float32 ones the Triton backend (flash_attn/triton;
+FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE sends every call there); CPU tensors run the exact chunked
+fp32 reference, which is correct but slow.
 """
+
+import os
 
 import torch
 
@@ -13,6 +17,24 @@ from . import paged_prefill, validation
 from .attention_probs import dropout_attention_probs
 from .headdim import pad_headdim, padded_headdim
 from .reference import default_softmax_scale, normalize_window
+
+try:  # the Triton backend and its ops (flash_attn/triton/ops.py), where triton is installed
+    from .triton import ops as triton_ops
+except ImportError:
+    triton_ops = None
+
+
+def _forward_op(q):
+    """The fwd op that serves q: the Triton backend's where flash_attn/triton/ops.py chooses it, else
+    the CUDA kernels' or the CPU path's."""
+    if triton_ops is not None and triton_ops.uses_triton(q):
+        return torch.ops.flash_attn.triton_fwd
+    if triton_ops is None and os.environ.get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE":
+        raise RuntimeError("flash_attn: FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE needs triton, which is not installed")
+    if q.is_cuda and q.dtype == torch.float32:
+        raise TypeError("flash_attn: float32 CUDA tensors run the Triton backend, and triton is not installed; "
+                        "use float16 or bfloat16, or install triton")
+    return torch.ops.flash_attn.fwd
 
 def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                deterministic, return_attn_probs):
@@ -28,13 +50,14 @@ def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, s
         batch, seqlen_k = cu_seqlens_q.shape[0] - 1, max_seqlen_k
     validation.check_options(dropout_p, window_size, softcap, alibi_slopes, deterministic, q, batch)
     headdim = q.shape[-1]
-    if softmax_scale is None:
+    if softmax_scale is None:  # 1 / sqrt(headdim): valid, and symbolic when torch.compile made headdim dynamic
         softmax_scale = default_softmax_scale(headdim)
-    validation.check_softmax_scale(softmax_scale)
+    else:
+        validation.check_softmax_scale(softmax_scale)
     window_left, window_right = normalize_window(window_size, causal, seqlen_k)
     headdim_padded = padded_headdim(headdim)
     q, k, v = (pad_headdim(t, headdim_padded) for t in (q, k, v))
-    out, softmax_lse, rng_state = torch.ops.flash_attn.fwd(
+    out, softmax_lse, rng_state = _forward_op(q)(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(dropout_p), float(softmax_scale),
         window_left, window_right, float(softcap), alibi_slopes, deterministic)
     out = out[..., :headdim]
@@ -55,9 +78,10 @@ def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                      dropout_p)
     validation.check_options(0.0, window_size, softcap, alibi_slopes, False, q, cu_seqlens_q.shape[0] - 1)
     headdim = q.shape[-1]
-    if softmax_scale is None:
+    if softmax_scale is None:  # 1 / sqrt(headdim): valid, and symbolic when torch.compile made headdim dynamic
         softmax_scale = default_softmax_scale(headdim)
-    validation.check_softmax_scale(softmax_scale)
+    else:
+        validation.check_softmax_scale(softmax_scale)
     window = normalize_window(window_size, causal, max_seqlen_k)
     headdim_padded = padded_headdim(headdim)
     q, k, v = (pad_headdim(t, headdim_padded) for t in (q, k, v))

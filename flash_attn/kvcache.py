@@ -53,9 +53,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     validation_kvcache.check_rotary(q, rotary_cos, rotary_sin, rotary_interleaved, capacity)
     validation.check_options(0.0, window_size, softcap, alibi_slopes, False, q, batch)
     validation_kvcache.check_call_flags(causal, num_splits, return_softmax_lse)
-    if softmax_scale is None:
+    if softmax_scale is None:  # 1 / sqrt(headdim): valid, and symbolic when torch.compile made headdim dynamic
         softmax_scale = default_softmax_scale(headdim)
-    validation.check_softmax_scale(softmax_scale)
+    else:
+        validation.check_softmax_scale(softmax_scale)
     window_left, window_right = normalize_window(window_size, causal, capacity)
     cache_seqlens = _cache_seqlens_tensor(cache_seqlens, batch, capacity, q.device)
     cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin = (

@@ -37,19 +37,20 @@ import torch
 
 from . import reference, reference_kvcache
 
-torch.library.define(
-    "flash_attn::fwd",
+# The schemas of fwd and bwd, shared with the Triton backend's pair (flash_attn/triton/ops.py).
+FWD_SCHEMA = (
     "(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
     "int max_seqlen_k, float dropout_p, float softmax_scale, int window_left, int window_right, float softcap, "
-    "Tensor? alibi_slopes, bool deterministic) -> (Tensor, Tensor, Tensor)",
+    "Tensor? alibi_slopes, bool deterministic) -> (Tensor, Tensor, Tensor)"
 )
-torch.library.define(
-    "flash_attn::bwd",
+BWD_SCHEMA = (
     "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? cu_seqlens_q, "
     "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float dropout_p, float softmax_scale, "
     "int window_left, int window_right, float softcap, Tensor? alibi_slopes, Tensor rng_state, "
-    "bool deterministic) -> (Tensor, Tensor, Tensor)",
+    "bool deterministic) -> (Tensor, Tensor, Tensor)"
 )
+torch.library.define("flash_attn::fwd", FWD_SCHEMA)
+torch.library.define("flash_attn::bwd", BWD_SCHEMA)
 torch.library.define(
     "flash_attn::dropout_keep_mask",
     "(Tensor rng_state, int batch, int heads, int seqlen_q, int seqlen_k, float dropout_p) -> Tensor",
@@ -171,7 +172,7 @@ def _lse_shape(q, cu_seqlens_q):
 
 
 @torch.library.register_fake("flash_attn::fwd")
-def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+def fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
               window_left, window_right, softcap, alibi_slopes, deterministic):
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32, device=q.device)
@@ -180,7 +181,7 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, d
 
 
 @torch.library.register_fake("flash_attn::bwd")
-def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+def bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
               softmax_scale, window_left, window_right, softcap, alibi_slopes, rng_state, deterministic):
     return (
         torch.empty(q.shape, dtype=q.dtype, device=q.device),
@@ -199,7 +200,7 @@ _FWD_OPTION_NAMES = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen
                      "window_left", "window_right", "softcap", "alibi_slopes", "deterministic")
 
 
-def _fwd_setup_context(ctx, inputs, output):
+def fwd_setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
     options = dict(zip(_FWD_OPTION_NAMES, inputs[3:]))
     out, lse, rng_state = output
@@ -211,19 +212,25 @@ def _fwd_setup_context(ctx, inputs, output):
     ctx.options = options
 
 
-def _fwd_backward(ctx, dout, _dlse, _drng_state):
-    q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k, alibi_slopes = ctx.saved_tensors
-    no_grads = (None,) * len(_FWD_OPTION_NAMES)
-    if dout is None:  # the loss depends on lse alone: zero gradients, as FlashAttention 2 gives
-        return (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)) + no_grads
-    o = ctx.options
-    dq, dk, dv = torch.ops.flash_attn.bwd(
-        dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, o["max_seqlen_q"], o["max_seqlen_k"], o["dropout_p"],
-        o["softmax_scale"], o["window_left"], o["window_right"], o["softcap"], alibi_slopes, rng_state,
-        o["deterministic"])
-    return (dq, dk, dv) + no_grads
+def backward_through(bwd_op):
+    """The autograd formula of a forward op with fwd's schema, whose backward op (bwd's schema) is
+    bwd_op: this file's fwd / bwd, and the Triton backend's pair (flash_attn/triton/ops.py)."""
+    def backward(ctx, dout, _dlse, _drng_state):
+        q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k, alibi_slopes = ctx.saved_tensors
+        no_grads = (None,) * len(_FWD_OPTION_NAMES)
+        if dout is None:  # the loss depends on lse alone: zero gradients, as FlashAttention 2 gives
+            return (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)) + no_grads
+        o = ctx.options
+        dq, dk, dv = bwd_op(
+            dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, o["max_seqlen_q"], o["max_seqlen_k"],
+            o["dropout_p"], o["softmax_scale"], o["window_left"], o["window_right"], o["softcap"], alibi_slopes,
+            rng_state, o["deterministic"])
+        return (dq, dk, dv) + no_grads
+
+    return backward
 
 
 # Serves every device without an autograd kernel of its own: CUDA has one in C++ when the extension
 # is built (csrc/torch/autograd.cpp, which must keep these semantics).
-torch.library.register_autograd("flash_attn::fwd", _fwd_backward, setup_context=_fwd_setup_context)
+torch.library.register_autograd("flash_attn::fwd", backward_through(torch.ops.flash_attn.bwd),
+                                setup_context=fwd_setup_context)

@@ -6,7 +6,10 @@ import math
 
 import torch
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)  # the CUDA kernels'
+# The attention functions': float32 runs the Triton backend on CUDA (flash_attn/triton) and the
+# reference on CPU.
+ATTENTION_DTYPES = (torch.float32, *SUPPORTED_DTYPES)
 MAX_HEADDIM = 256
 MIN_CUDA_CAPABILITY = (8, 0)
 
@@ -111,8 +114,8 @@ def check_qkv(q, k, v, varlen=False):
     rank, dims = (3, "(total_tokens, nheads, headdim)") if varlen else (4, "(batch, seqlen, nheads, headdim)")
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, rank, dims)
-    if q.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"flash_attn: q has dtype {q.dtype}; supported dtypes are float16 and bfloat16")
+    if q.dtype not in ATTENTION_DTYPES:
+        raise TypeError(f"flash_attn: q has dtype {q.dtype}; supported dtypes are float32, float16 and bfloat16")
     check_last_dim_contiguous("q", q)
     for name, t in (("k", k), ("v", v)):
         check_like_q(name, t, q)

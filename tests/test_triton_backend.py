@@ -12,6 +12,7 @@ tensors wrongly (errors of 1e9 on a 40 x 64 product), whatever the kernel.
 import pytest
 import torch
 
+import flash_attn
 from feature_checks import make_cu_seqlens
 from helpers import Results, assert_matches_reference
 
@@ -119,3 +120,41 @@ def test_triton_varlen_metadata_out_of_range():
         one = lambda t: t[rows].unsqueeze(0)  # noqa: E731
         ours = Results(one(out), lse[:, rows].unsqueeze(0), one(dq), one(dk), one(dv))
         assert_matches_reference(ours, one(q), one(k), one(v), one(dout), False, headdim ** -0.5, torch.float64)
+
+
+def _public_call(function, q, k, v, dout, **kwargs):
+    """function(q, k, v, return_attn_probs=True, **kwargs)'s forward (out, lse) and backward (dq, dk,
+    dv) as a Results; function may be compiled."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out, lse, _ = function(*leaves, return_attn_probs=True, **kwargs)
+    return Results(out, lse, *torch.autograd.grad(out, leaves, dout))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_switch_sends_the_public_functions_to_triton(monkeypatch, dtype, compiled):
+    """FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE: flash_attn_func runs flash_attn::triton_fwd / bwd (the
+    backend's forward is counted), also under torch.compile(fullgraph=True), with the public
+    function's semantics (causal, GQA, a head dim the public functions pad)."""
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+    calls = []
+    real_forward = triton_backend.attention.forward
+    monkeypatch.setattr(triton_backend.attention, "forward", lambda *a, **kw: calls.append(1) or real_forward(*a, **kw))
+    q, k, v, dout = (torch.randn(2, 50, h, 36, dtype=dtype, device=DEVICE) for h in (4, 2, 2, 4))
+    function = flash_attn.flash_attn_func
+    if compiled:
+        function = torch.compile(function, fullgraph=True, backend="aot_eager")
+    ours = _public_call(function, q, k, v, dout, causal=True)
+    assert calls
+    assert_matches_reference(ours, q, k, v, dout, True, None, _compute_dtype(dtype))
+
+
+def test_float32_cpu_tensors_run_the_cpu_path():
+    """Without the switch, float32 CPU tensors no longer raise: the CPU path computes them (against
+    an fp64 reference)."""
+    q, k, v, dout = (torch.randn(1, 20, 2, 16) for _ in range(4))
+    ours = _public_call(flash_attn.flash_attn_func, q, k, v, dout)
+    assert ours.out.dtype == torch.float32
+    assert_matches_reference(ours, q, k, v, dout, False, None, torch.float64)

@@ -1,0 +1,61 @@
+"""The Triton backend as torch.library ops with flash_attn::fwd / bwd's schemas (flash_attn/ops.py):
+flash_attn::triton_fwd and flash_attn::triton_bwd, with the same fake kernels and autograd formula,
+so that the public functions reach it through the dispatcher and torch.compile traces it.
+
+The public functions choose it (`uses_triton`): for every call when FLASH_ATTENTION_TRITON_AMD_ENABLE
+is "TRUE" (FlashAttention's switch for its Triton backend), and for float32 CUDA tensors otherwise
+(the CUDA kernels take float16 / bfloat16 only). CPU tensors go to it only under Triton's
+interpreter (TRITON_INTERPRET=1); otherwise they keep the CPU path.
+"""
+
+import os
+
+import torch
+
+from .. import ops as flash_ops
+from . import attention
+
+torch.library.define("flash_attn::triton_fwd", flash_ops.FWD_SCHEMA)
+torch.library.define("flash_attn::triton_bwd", flash_ops.BWD_SCHEMA)
+
+
+def _window_and_options(window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, dropout_p):
+    return dict(window=(window_left, window_right), softcap=softcap, alibi_slopes=alibi_slopes,
+                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                max_seqlen_k=max_seqlen_k, dropout_p=dropout_p)
+
+
+@torch.library.impl("flash_attn::triton_fwd", "CompositeExplicitAutograd")
+def _triton_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                window_left, window_right, softcap, alibi_slopes, deterministic):
+    out, lse = attention.forward(q, k, v, softmax_scale, **_window_and_options(
+        window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        dropout_p))
+    return out, lse, torch.zeros(2, dtype=torch.int64, device=q.device)  # no dropout: no rng state
+
+
+@torch.library.impl("flash_attn::triton_bwd", "CompositeExplicitAutograd")
+def _triton_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                softmax_scale, window_left, window_right, softcap, alibi_slopes, rng_state, deterministic):
+    # deterministic needs nothing here: the backward kernels add no gradient with atomics
+    return attention.backward(dout, q, k, v, out, lse, softmax_scale, **_window_and_options(
+        window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        dropout_p))
+
+
+torch.library.register_fake("flash_attn::triton_fwd")(flash_ops.fwd_fake)
+torch.library.register_fake("flash_attn::triton_bwd")(flash_ops.bwd_fake)
+torch.library.register_autograd("flash_attn::triton_fwd", flash_ops.backward_through(torch.ops.flash_attn.triton_bwd),
+                                setup_context=flash_ops.fwd_setup_context)
+
+ENABLE_VARIABLE = "FLASH_ATTENTION_TRITON_AMD_ENABLE"
+
+
+def uses_triton(q):
+    """Whether a call on q runs this backend (see the module's docstring)."""
+    if q.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    if os.environ.get(ENABLE_VARIABLE, "").upper() == "TRUE":
+        return True
+    return q.is_cuda and q.dtype == torch.float32
