@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import flash_attn
+from flash_attn import dropout as dropout_lib
 from feature_checks import make_cu_seqlens
 from helpers import Results, assert_matches_reference
 
@@ -98,12 +99,29 @@ def test_triton_varlen(dtype, causal):
     assert not out[tail].any() and not dq[tail].any() and torch.isinf(lse[:, tail]).all()
 
 
-def test_triton_rejects_dropout_and_other_dtypes():
+def test_triton_rejects_other_dtypes():
     q = torch.randn(1, 8, 1, 32, device=DEVICE)
-    with pytest.raises(NotImplementedError, match="dropout_p"):
-        triton_backend.forward(q, q, q, 0.1, dropout_p=0.1)
     with pytest.raises(TypeError, match="q must be float32, float16 or bfloat16"):
         triton_backend.forward(q.double(), q, q, 0.1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_triton_dropout(dtype, causal):
+    """Dropout 0.17 with a given (seed, offset): forward and backward against the reference with the
+    mask of flash_attn/dropout.py (the CUDA kernels' definition), GQA, lengths not multiples of 16."""
+    batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dropout_p = 2, 45, 77, 4, 2, 32, 0.17
+    seed, offset = 123456789012, 40
+    new = lambda s, h: torch.randn(batch, s, h, headdim, dtype=dtype, device=DEVICE)  # noqa: E731
+    q, k, v, dout = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k), new(seqlen_q, nheads)
+    rng_state = torch.tensor([seed, offset], dtype=torch.int64, device=DEVICE)
+    scale = headdim ** -0.5
+    options = dict(window=(-1, 0) if causal else (-1, -1), dropout_p=dropout_p, rng_state=rng_state)
+    out, lse = triton_backend.forward(q, k, v, scale, **options)
+    grads = triton_backend.backward(dout, q, k, v, out, lse, scale, **options)
+    keep = dropout_lib.keep_mask(seed, offset, batch, nheads, seqlen_q, seqlen_k, dropout_p).to(DEVICE)
+    assert_matches_reference(Results(out, lse, *grads), q, k, v, dout, causal, scale, _compute_dtype(dtype),
+                             dropout_p=dropout_p, dropout_mask=keep)
 
 
 def test_triton_varlen_metadata_out_of_range():
@@ -158,3 +176,20 @@ def test_float32_cpu_tensors_run_the_cpu_path():
     ours = _public_call(flash_attn.flash_attn_func, q, k, v, dout)
     assert ours.out.dtype == torch.float32
     assert_matches_reference(ours, q, k, v, dout, False, None, torch.float64)
+
+
+def test_switch_with_dropout_returns_the_mask_it_used(monkeypatch):
+    """Through the public function with the switch: dropout_p and return_attn_probs give S_dmask whose
+    sign pattern (FlashAttention 2's encoding) is the mask of the rng_state the Triton forward drew,
+    and the output matches the reference under that mask."""
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+    from feature_checks import keep_mask_from_probs
+    q, k, v = (torch.randn(1, 40, 2, 32, device=DEVICE) for _ in range(3))
+    out, lse, s_dmask = flash_attn.flash_attn_func(q, k, v, dropout_p=0.25, return_attn_probs=True)
+    keep = keep_mask_from_probs(s_dmask, 40, 40)
+    assert 0.6 < keep.float().mean().item() < 0.9
+    dout = torch.randn_like(q)
+    assert_matches_reference(Results(out, lse, None, None, None), q, k, v, dout, False, None, torch.float64,
+                             dropout_p=0.25, dropout_mask=keep)

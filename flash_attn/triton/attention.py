@@ -3,9 +3,10 @@ dense (batch, seqlen, heads, headdim) or varlen (total, heads, headdim) tensors,
 semantics of flash_attn/reference.py: lse (batch, heads, seqlen_q) dense or (heads, total_q)
 varlen, +inf (and output 0) for a query that sees no key.
 
-What this first part covers: forward and backward, fp32 / fp16 / bf16, causal and local windows,
-softcap, ALiBi, GQA / MQA, varlen. Not yet: dropout (rejected by name), the kvcache path, fp8, the
-FLASH_ATTENTION_TRITON_AMD_ENABLE switch of the public functions, autotuning. Without a GPU it runs
+What it covers: forward and backward, fp32 / fp16 / bf16, causal and local windows, softcap, ALiBi,
+dropout (the masks of csrc/flash/dropout.cuh, from an rng_state (seed, offset) int64 tensor), GQA /
+MQA, varlen; flash_attn/triton/ops.py puts it behind the public functions. Not yet: the kvcache
+path, fp8, autotuning. Without a GPU it runs
 under Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported).
 Verified so far in the interpreter only (fp32 against fp64, fp16: tests/test_triton_backend.py).
 On an H100 the first compiled run found a constexpr error (fixed); the run after it did not finish
@@ -16,6 +17,7 @@ time), so nothing here is verified on a GPU yet.
 import torch
 import triton
 
+from .. import dropout as dropout_lib
 from . import kernels
 
 # Tiles: 64 x 64 up to head dim 128 (the Triton fused-attention tutorial's forward tile on
@@ -34,7 +36,7 @@ class _Problem:
     """Strides, lengths and flags shared by the three kernels of one call."""
 
     def __init__(self, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap,
-                 alibi_slopes):
+                 alibi_slopes, dropout_p, rng_state):
         self.varlen = cu_seqlens_q is not None
         if self.varlen:
             self.batch = cu_seqlens_q.numel() - 1
@@ -54,6 +56,8 @@ class _Problem:
         self.block_d = max(16, triton.next_power_of_2(self.headdim))
         self.block_m, self.block_n = _blocks(self.block_d)
         self.dtype = q.dtype
+        self.dropout_p = float(dropout_p)
+        self.rng_state = rng_state if rng_state is not None else torch.zeros(2, dtype=torch.int64, device=q.device)
 
     def strides(self, t):
         """(batch, row, head) strides of a q/k/v-like tensor; batch 0 for varlen."""
@@ -77,18 +81,18 @@ class _Problem:
         return (triton.cdiv(self.seqlen_k, self.block_n), self.heads, self.batch)
 
     def tail_args(self, scale):
+        keep_scale = 1.0 / (1.0 - self.dropout_p)
         return (self.seqlen_q, self.seqlen_k, self.total_q, self.total_k, self.group, self.headdim, float(scale),
-                self.softcap, self.left, self.right)
+                self.softcap, self.left, self.right, self.heads, dropout_lib.keep_threshold(self.dropout_p),
+                keep_scale)
 
     def meta(self):
         return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_D=self.block_d, VARLEN=self.varlen,
-                    HAS_SOFTCAP=self.softcap > 0, HAS_ALIBI=self.slopes is not None,
+                    HAS_SOFTCAP=self.softcap > 0, HAS_ALIBI=self.slopes is not None, HAS_DROPOUT=self.dropout_p > 0,
                     DOT_PRECISION=_dot_precision(self.dtype))
 
 
-def _check(q, k, v, dropout_p):
-    if dropout_p != 0.0:
-        raise NotImplementedError("flash_attn Triton backend: dropout_p > 0 is not supported yet")
+def _check(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise TypeError(f"flash_attn Triton backend: {name} must be float32, float16 or bfloat16, got {t.dtype}")
@@ -97,10 +101,12 @@ def _check(q, k, v, dropout_p):
 
 
 def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
-            cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0):
-    """(out, lse). window: (left, right) normalized as reference.normalize_window does."""
-    _check(q, k, v, dropout_p)
-    pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes)
+            cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0, rng_state=None):
+    """(out, lse). window: (left, right) normalized as reference.normalize_window does; rng_state: the
+    (2,) int64 [seed, offset] of the dropout masks (read only with dropout_p > 0)."""
+    _check(q, k, v)
+    pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
+                  dropout_p, rng_state)
     out = torch.empty_like(q)
     lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
     lse = torch.full(lse_shape, float("inf"), device=q.device, dtype=torch.float32)
@@ -110,16 +116,18 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
         return out.zero_(), lse
     slopes, slope_stride = pr.slope_args(q.device)
     kernels.attention_forward_kernel[pr.query_grid()](
-        q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, *pr.strides(q), *pr.strides(k), *pr.strides(v),
+        q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, pr.rng_state, *pr.strides(q), *pr.strides(k), *pr.strides(v),
         *pr.strides(out), *pr.vector_strides(lse), slope_stride, *pr.tail_args(softmax_scale), **pr.meta())
     return out, lse
 
 
 def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None,
-             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0):
-    """(dq, dk, dv) for the forward's (out, lse)."""
-    _check(q, k, v, dropout_p)
-    pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes)
+             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0,
+             rng_state=None):
+    """(dq, dk, dv) for the forward's (out, lse), with its dropout_p and rng_state."""
+    _check(q, k, v)
+    pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
+                  dropout_p, rng_state)
     dout = dout.contiguous() if dout.stride(-1) != 1 else dout
     lse = lse.contiguous()  # D below is laid out like it
     dq = torch.zeros_like(q)
@@ -135,10 +143,11 @@ def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.
         common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(dout), *pr.vector_strides(lse),
                   slope_stride)
         kernels.attention_backward_dkdv_kernel[pr.key_grid()](
-            q, k, v, dout, lse, delta, dk_slices, dv_slices, pr.cu_q, pr.cu_k, slopes, *common,
+            q, k, v, dout, lse, delta, dk_slices, dv_slices, pr.cu_q, pr.cu_k, slopes, pr.rng_state, *common,
             *pr.strides(dk_slices), *pr.tail_args(softmax_scale), **pr.meta())
         kernels.attention_backward_dq_kernel[pr.query_grid()](
-            q, k, v, dout, lse, delta, dq, pr.cu_q, pr.cu_k, slopes, *common, *pr.tail_args(softmax_scale),
+            q, k, v, dout, lse, delta, dq, pr.cu_q, pr.cu_k, slopes, pr.rng_state, *common,
+            *pr.tail_args(softmax_scale),
             **pr.meta())
     if pr.group == 1:
         return dq, dk_slices, dv_slices

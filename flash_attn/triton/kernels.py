@@ -5,7 +5,9 @@ Every kernel runs on a grid of (block, query head, batch) over dense tensors (ba
 headdim) or packed varlen ones (total, heads, headdim) whose sequence b is rows [cu[b], cu[b+1]);
 scores follow flash_attn/reference.py (FlashAttention 2's order): s = q.k * scale, then softcap,
 then ALiBi, then the window mask (bottom-right aligned; left / right -1 unbounded).
-The exponentials are base 2 with log2(e) folded into the scores.
+The exponentials are base 2 with log2(e) folded into the scores. Dropout keeps element (i, j)
+exactly as csrc/flash/dropout.cuh defines it (Philox4x32-7 bytes, the same counters), so a Triton
+and a CUDA run with the same rng_state drop the same elements.
 """
 
 import triton
@@ -33,6 +35,45 @@ def _sequence(cu_ptr, batch, seqlen, total, VARLEN: tl.constexpr):
 @triton.jit
 def _tanh(x):
     return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def _philox4x32_7(c0, c1, c2, c3, k0, k1):
+    """Philox4x32 with dropout.cuh's kPhiloxRounds (7) rounds on uint32 tensors of one shape."""
+    for _ in tl.static_range(7):
+        hi0 = tl.umulhi(c0, tl.full(c0.shape, 0xD2511F53, tl.uint32))
+        lo0 = c0 * tl.full(c0.shape, 0xD2511F53, tl.uint32)
+        hi1 = tl.umulhi(c2, tl.full(c0.shape, 0xCD9E8D57, tl.uint32))
+        lo1 = c2 * tl.full(c0.shape, 0xCD9E8D57, tl.uint32)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0 = k0 + tl.full(k0.shape, 0x9E3779B9, tl.uint32)
+        k1 = k1 + tl.full(k1.shape, 0xBB67AE85, tl.uint32)
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _dropout_keep(rows, cols, Rng, batch, heads, head, threshold):
+    """Bool (BLOCK_M, BLOCK_N): element (query row, key col) of (batch, head) is kept, from the
+    (seed, offset) int64 pair at Rng (dropout.cuh: counter (j // 32, (i // 16) * 32 + v, stream),
+    v = 4 (i % 8) + (j % 8) / 2, stream = offset + batch * heads + head, key = seed; word
+    (j % 32) / 8, byte 2 ((i % 16) / 8) + j % 2; kept iff the byte < threshold). One Philox call per
+    element: 16 times the work of the CUDA kernels' one call per 16 bytes."""
+    seed = tl.load(Rng)
+    stream = tl.load(Rng + 1) + batch * heads + head
+    i = rows[:, None]
+    j = cols[None, :]
+    zero = (i * 0 + j * 0).to(tl.uint32)
+    c0 = (j // 32).to(tl.uint32) + zero
+    c1 = ((i // 16) * 32 + 4 * (i % 8) + (j % 8) // 2).to(tl.uint32) + zero
+    c2 = zero + (stream & 0xFFFFFFFF).to(tl.uint32)
+    c3 = zero + (stream >> 32).to(tl.uint32)
+    k0 = zero + (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = zero + (seed >> 32).to(tl.uint32)
+    w0, w1, w2, w3 = _philox4x32_7(c0, c1, c2, c3, k0, k1)
+    word_index = (j % 32) // 8
+    word = tl.where(word_index == 0, w0, tl.where(word_index == 1, w1, tl.where(word_index == 2, w2, w3)))
+    shift = (8 * (2 * ((i % 16) // 8) + j % 2)).to(tl.uint32)
+    return ((word >> shift) & 0xFF).to(tl.int32) < threshold
 
 
 @triton.jit
@@ -85,12 +126,12 @@ def _query_range(n0, block_n, seqlen_q, seqlen_k, left, right, BLOCK_M: tl.const
 
 @triton.jit
 def attention_forward_kernel(
-        Q, K, V, Out, Lse, CuQ, CuK, Slopes,
+        Q, K, V, Out, Lse, CuQ, CuK, Slopes, Rng,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
-        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
-        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
+        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
+        keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_first, len_q = _sequence(CuQ, batch, seqlen_q, total_q, VARLEN)
     k_first, len_k = _sequence(CuK, batch, seqlen_k, total_k, VARLEN)
@@ -123,11 +164,13 @@ def attention_forward_kernel(
             m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that see no key yet
             p = tl.exp2(s - m_base[:, None])
             alpha = tl.exp2(m_i - m_base)
-            l_i = l_i * alpha + tl.sum(p, 1)
+            l_i = l_i * alpha + tl.sum(p, 1)  # the softmax normalizes before dropout
+            if HAS_DROPOUT:
+                p = tl.where(_dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold), p, 0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
             m_i = m_new
         seen = l_i > 0
-        out = acc / tl.where(seen, l_i, 1.0)[:, None]
+        out = acc * (keep_scale / tl.where(seen, l_i, 1.0))[:, None]
         lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) / LOG2E, float("inf"))
         tl.store(Out + batch * stride_ob + (q_first + rows[:, None]) * stride_os + head * stride_oh + dims[None, :],
                  out.to(Out.dtype.element_ty), mask=(rows[:, None] < len_q) & dim_ok)
@@ -150,13 +193,13 @@ def _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, l
 
 @triton.jit
 def attention_backward_dkdv_kernel(
-        Q, K, V, DOut, Lse, Delta, DK, DV, CuQ, CuK, Slopes,
+        Q, K, V, DOut, Lse, Delta, DK, DV, CuQ, CuK, Slopes, Rng,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
         stride_gb, stride_gs, stride_gh,
-        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
-        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
+        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
+        keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """dK, dV of one key block for one query head (DK, DV hold one slice per query head, strides
     stride_g*; the caller sums the slices of a KV head)."""
     n_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -191,8 +234,13 @@ def attention_backward_dkdv_kernel(
             delta = tl.load(Delta + vector_offsets, mask=rows < len_q, other=0.0)
             p, chain = _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
                                       HAS_SOFTCAP, HAS_ALIBI, DOT_PRECISION)
-            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)
             dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            p_out = p  # P as the output saw it: dropped entries 0, kept ones scaled
+            if HAS_DROPOUT:
+                keep = _dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold)
+                p_out = tl.where(keep, p * keep_scale, 0.0)
+                dp = tl.where(keep, dp * keep_scale, 0.0)
+            dv += tl.dot(tl.trans(p_out.to(do.dtype)), do, input_precision=DOT_PRECISION)
             ds = p * (dp - delta[:, None]) * chain
             dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=DOT_PRECISION)
         g_offsets = batch * stride_gb + (k_first + cols[:, None]) * stride_gs + head * stride_gh + dims[None, :]
@@ -202,12 +250,12 @@ def attention_backward_dkdv_kernel(
 
 @triton.jit
 def attention_backward_dq_kernel(
-        Q, K, V, DOut, Lse, Delta, DQ, CuQ, CuK, Slopes,
+        Q, K, V, DOut, Lse, Delta, DQ, CuQ, CuK, Slopes, Rng,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
-        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
-        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
+        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
+        keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """dQ of one query block (DQ laid out like Q)."""
     m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_first, len_q = _sequence(CuQ, batch, seqlen_q, total_q, VARLEN)
@@ -241,6 +289,8 @@ def attention_backward_dq_kernel(
             p, chain = _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
                                       HAS_SOFTCAP, HAS_ALIBI, DOT_PRECISION)
             dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            if HAS_DROPOUT:
+                dp = tl.where(_dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold), dp * keep_scale, 0.0)
             ds = p * (dp - delta[:, None]) * chain
             dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
         tl.store(DQ + q_offsets, dq.to(DQ.dtype.element_ty), mask=q_mask)

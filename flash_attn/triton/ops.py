@@ -20,19 +20,29 @@ torch.library.define("flash_attn::triton_bwd", flash_ops.BWD_SCHEMA)
 
 
 def _window_and_options(window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                        max_seqlen_k, dropout_p):
+                        max_seqlen_k, dropout_p, rng_state):
     return dict(window=(window_left, window_right), softcap=softcap, alibi_slopes=alibi_slopes,
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                max_seqlen_k=max_seqlen_k, dropout_p=dropout_p)
+                max_seqlen_k=max_seqlen_k, dropout_p=dropout_p, rng_state=rng_state)
+
+
+def _rng_state(dropout_p, device):
+    """[seed, offset] of a forward's dropout masks: a seed drawn from torch's generator of q's device
+    (so torch.manual_seed reproduces a run), offset 0; zeros without dropout, as the CUDA op records."""
+    state = torch.zeros(2, dtype=torch.int64, device=device)
+    if dropout_p > 0:
+        state[0] = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=device)[0]
+    return state
 
 
 @torch.library.impl("flash_attn::triton_fwd", "CompositeExplicitAutograd")
 def _triton_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                 window_left, window_right, softcap, alibi_slopes, deterministic):
+    rng_state = _rng_state(dropout_p, q.device)
     out, lse = attention.forward(q, k, v, softmax_scale, **_window_and_options(
         window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        dropout_p))
-    return out, lse, torch.zeros(2, dtype=torch.int64, device=q.device)  # no dropout: no rng state
+        dropout_p, rng_state))
+    return out, lse, rng_state
 
 
 @torch.library.impl("flash_attn::triton_bwd", "CompositeExplicitAutograd")
@@ -41,7 +51,7 @@ def _triton_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_
     # deterministic needs nothing here: the backward kernels add no gradient with atomics
     return attention.backward(dout, q, k, v, out, lse, softmax_scale, **_window_and_options(
         window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        dropout_p))
+        dropout_p, rng_state))
 
 
 torch.library.register_fake("flash_attn::triton_fwd")(flash_ops.fwd_fake)
