@@ -125,6 +125,36 @@ def _query_range(n0, block_n, seqlen_q, seqlen_k, left, right, BLOCK_M: tl.const
 
 
 @triton.jit
+def _row_block(batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h):
+    """Offsets and mask of a (len(rows), BLOCK_D) block: rows `rows` of sequence `batch` (whose
+    first row is `first`, `length` long) in head `head` of a q/k/v-like tensor."""
+    offsets = batch * stride_b + (first + rows[:, None]) * stride_s + head * stride_h + dims[None, :]
+    return offsets, (rows[:, None] < length) & (dims[None, :] < headdim)
+
+
+@triton.jit
+def _load_row_block(ptr, batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h):
+    offsets, mask = _row_block(batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h)
+    return tl.load(ptr + offsets, mask=mask, other=0.0)
+
+
+@triton.jit
+def _row_statistics(Lse, Delta, batch, head, first, rows, length, stride_lb, stride_lh):
+    """The forward's lse and D = rowsum(dO * O) of the rows (+inf and 0 past the sequence)."""
+    offsets = batch * stride_lb + head * stride_lh + first + rows
+    return (tl.load(Lse + offsets, mask=rows < length, other=float("inf")),
+            tl.load(Delta + offsets, mask=rows < length, other=0.0))
+
+
+@triton.jit
+def _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI: tl.constexpr):
+    slope = 0.0
+    if HAS_ALIBI:
+        slope = tl.load(Slopes + batch * stride_slope_b + head)
+    return slope
+
+
+@triton.jit
 def attention_forward_kernel(
         Q, K, V, Out, Lse, CuQ, CuK, Slopes, Rng,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
@@ -139,24 +169,17 @@ def attention_forward_kernel(
     if m0 < len_q:
         rows = m0 + tl.arange(0, BLOCK_M)
         dims = tl.arange(0, BLOCK_D)
-        dim_ok = dims[None, :] < headdim
         kv_head = head // group
-        q = tl.load(Q + batch * stride_qb + (q_first + rows[:, None]) * stride_qs + head * stride_qh + dims[None, :],
-                    mask=(rows[:, None] < len_q) & dim_ok, other=0.0)
-        slope = 0.0
-        if HAS_ALIBI:
-            slope = tl.load(Slopes + batch * stride_slope_b + head)
+        q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh)
+        slope = _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI)
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_M,), tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
         lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
         for n0 in range(lo, hi, BLOCK_N):
             cols = n0 + tl.arange(0, BLOCK_N)
-            kv_mask = (cols[:, None] < len_k) & dim_ok
-            k = tl.load(K + batch * stride_kb + (k_first + cols[:, None]) * stride_ks + kv_head * stride_kh
-                        + dims[None, :], mask=kv_mask, other=0.0)
-            v = tl.load(V + batch * stride_vb + (k_first + cols[:, None]) * stride_vs + kv_head * stride_vh
-                        + dims[None, :], mask=kv_mask, other=0.0)
+            k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh)
+            v = _load_row_block(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs, stride_vh)
             s, _ = _scores(q, k, rows, cols, len_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP,
                            HAS_ALIBI, DOT_PRECISION)
             s = s * LOG2E
@@ -172,8 +195,9 @@ def attention_forward_kernel(
         seen = l_i > 0
         out = acc * (keep_scale / tl.where(seen, l_i, 1.0))[:, None]
         lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) / LOG2E, float("inf"))
-        tl.store(Out + batch * stride_ob + (q_first + rows[:, None]) * stride_os + head * stride_oh + dims[None, :],
-                 out.to(Out.dtype.element_ty), mask=(rows[:, None] < len_q) & dim_ok)
+        out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
+                                           stride_oh)
+        tl.store(Out + out_offsets, out.to(Out.dtype.element_ty), mask=out_mask)
         tl.store(Lse + batch * stride_lb + head * stride_lh + q_first + rows, lse, mask=rows < len_q)
 
 
@@ -209,29 +233,19 @@ def attention_backward_dkdv_kernel(
     if n0 < len_k:
         cols = n0 + tl.arange(0, BLOCK_N)
         dims = tl.arange(0, BLOCK_D)
-        dim_ok = dims[None, :] < headdim
         kv_head = head // group
-        kv_mask = (cols[:, None] < len_k) & dim_ok
-        k = tl.load(K + batch * stride_kb + (k_first + cols[:, None]) * stride_ks + kv_head * stride_kh + dims[None, :],
-                    mask=kv_mask, other=0.0)
-        v = tl.load(V + batch * stride_vb + (k_first + cols[:, None]) * stride_vs + kv_head * stride_vh + dims[None, :],
-                    mask=kv_mask, other=0.0)
-        slope = 0.0
-        if HAS_ALIBI:
-            slope = tl.load(Slopes + batch * stride_slope_b + head)
+        k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh)
+        v = _load_row_block(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs, stride_vh)
+        slope = _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI)
         dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
         dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
         lo, hi = _query_range(n0, BLOCK_N, len_q, len_k, left, right, BLOCK_M)
         for m0 in range(lo, hi, BLOCK_M):
             rows = m0 + tl.arange(0, BLOCK_M)
-            q_mask = (rows[:, None] < len_q) & dim_ok
-            q_offsets = (q_first + rows[:, None]) * stride_qs + head * stride_qh + dims[None, :]
-            q = tl.load(Q + batch * stride_qb + q_offsets, mask=q_mask, other=0.0)
-            do = tl.load(DOut + batch * stride_ob + (q_first + rows[:, None]) * stride_os + head * stride_oh
-                         + dims[None, :], mask=q_mask, other=0.0)
-            vector_offsets = batch * stride_lb + head * stride_lh + q_first + rows
-            lse = tl.load(Lse + vector_offsets, mask=rows < len_q, other=float("inf"))
-            delta = tl.load(Delta + vector_offsets, mask=rows < len_q, other=0.0)
+            q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh)
+            do = _load_row_block(DOut, batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
+                                 stride_oh)
+            lse, delta = _row_statistics(Lse, Delta, batch, head, q_first, rows, len_q, stride_lb, stride_lh)
             p, chain = _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
                                       HAS_SOFTCAP, HAS_ALIBI, DOT_PRECISION)
             dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
@@ -243,9 +257,10 @@ def attention_backward_dkdv_kernel(
             dv += tl.dot(tl.trans(p_out.to(do.dtype)), do, input_precision=DOT_PRECISION)
             ds = p * (dp - delta[:, None]) * chain
             dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=DOT_PRECISION)
-        g_offsets = batch * stride_gb + (k_first + cols[:, None]) * stride_gs + head * stride_gh + dims[None, :]
-        tl.store(DK + g_offsets, dk.to(DK.dtype.element_ty), mask=kv_mask)
-        tl.store(DV + g_offsets, dv.to(DV.dtype.element_ty), mask=kv_mask)
+        g_offsets, g_mask = _row_block(batch, k_first, cols, len_k, head, dims, headdim, stride_gb, stride_gs,
+                                       stride_gh)
+        tl.store(DK + g_offsets, dk.to(DK.dtype.element_ty), mask=g_mask)
+        tl.store(DV + g_offsets, dv.to(DV.dtype.element_ty), mask=g_mask)
 
 
 @triton.jit
@@ -264,28 +279,19 @@ def attention_backward_dq_kernel(
     if m0 < len_q:
         rows = m0 + tl.arange(0, BLOCK_M)
         dims = tl.arange(0, BLOCK_D)
-        dim_ok = dims[None, :] < headdim
         kv_head = head // group
-        q_mask = (rows[:, None] < len_q) & dim_ok
-        q_offsets = batch * stride_qb + (q_first + rows[:, None]) * stride_qs + head * stride_qh + dims[None, :]
+        q_offsets, q_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs,
+                                       stride_qh)
         q = tl.load(Q + q_offsets, mask=q_mask, other=0.0)
-        do = tl.load(DOut + batch * stride_ob + (q_first + rows[:, None]) * stride_os + head * stride_oh
-                     + dims[None, :], mask=q_mask, other=0.0)
-        vector_offsets = batch * stride_lb + head * stride_lh + q_first + rows
-        lse = tl.load(Lse + vector_offsets, mask=rows < len_q, other=float("inf"))
-        delta = tl.load(Delta + vector_offsets, mask=rows < len_q, other=0.0)
-        slope = 0.0
-        if HAS_ALIBI:
-            slope = tl.load(Slopes + batch * stride_slope_b + head)
+        do = _load_row_block(DOut, batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os, stride_oh)
+        lse, delta = _row_statistics(Lse, Delta, batch, head, q_first, rows, len_q, stride_lb, stride_lh)
+        slope = _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI)
         dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
         lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
         for n0 in range(lo, hi, BLOCK_N):
             cols = n0 + tl.arange(0, BLOCK_N)
-            kv_mask = (cols[:, None] < len_k) & dim_ok
-            k = tl.load(K + batch * stride_kb + (k_first + cols[:, None]) * stride_ks + kv_head * stride_kh
-                        + dims[None, :], mask=kv_mask, other=0.0)
-            v = tl.load(V + batch * stride_vb + (k_first + cols[:, None]) * stride_vs + kv_head * stride_vh
-                        + dims[None, :], mask=kv_mask, other=0.0)
+            k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh)
+            v = _load_row_block(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs, stride_vh)
             p, chain = _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
                                       HAS_SOFTCAP, HAS_ALIBI, DOT_PRECISION)
             dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
