@@ -16,7 +16,7 @@ from . import ops  # noqa: F401 - importing it defines torch.ops.flash_attn.fwd 
 from . import paged_prefill, validation
 from .attention_probs import dropout_attention_probs
 from .headdim import pad_headdim, padded_headdim
-from .reference import default_softmax_scale, normalize_window
+from .reference import normalize_window
 
 try:  # the Triton backend and its ops (flash_attn/triton/ops.py), where triton is installed
     from .triton import ops as triton_ops
@@ -50,10 +50,7 @@ def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, s
         batch, seqlen_k = cu_seqlens_q.shape[0] - 1, max_seqlen_k
     validation.check_options(dropout_p, window_size, softcap, alibi_slopes, deterministic, q, batch)
     headdim = q.shape[-1]
-    if softmax_scale is None:  # 1 / sqrt(headdim): valid, and symbolic when torch.compile made headdim dynamic
-        softmax_scale = default_softmax_scale(headdim)
-    else:
-        validation.check_softmax_scale(softmax_scale)
+    softmax_scale = validation.softmax_scale_or_default(softmax_scale, headdim)
     window_left, window_right = normalize_window(window_size, causal, seqlen_k)
     headdim_padded = padded_headdim(headdim)
     q, k, v = (pad_headdim(t, headdim_padded) for t in (q, k, v))
@@ -78,10 +75,7 @@ def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                      dropout_p)
     validation.check_options(0.0, window_size, softcap, alibi_slopes, False, q, cu_seqlens_q.shape[0] - 1)
     headdim = q.shape[-1]
-    if softmax_scale is None:  # 1 / sqrt(headdim): valid, and symbolic when torch.compile made headdim dynamic
-        softmax_scale = default_softmax_scale(headdim)
-    else:
-        validation.check_softmax_scale(softmax_scale)
+    softmax_scale = validation.softmax_scale_or_default(softmax_scale, headdim)
     window = normalize_window(window_size, causal, max_seqlen_k)
     headdim_padded = padded_headdim(headdim)
     q, k, v = (pad_headdim(t, headdim_padded) for t in (q, k, v))

@@ -10,7 +10,7 @@ import torch
 from . import ops  # noqa: F401 - importing it defines torch.ops.flash_attn.fwd_kvcache
 from . import validation, validation_kvcache
 from .headdim import pad_headdim, padded_headdim
-from .reference import default_softmax_scale, normalize_window
+from .reference import normalize_window
 from .reference_kvcache import cache_capacity
 
 
@@ -53,10 +53,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     validation_kvcache.check_rotary(q, rotary_cos, rotary_sin, rotary_interleaved, capacity)
     validation.check_options(0.0, window_size, softcap, alibi_slopes, False, q, batch)
     validation_kvcache.check_call_flags(causal, num_splits, return_softmax_lse)
-    if softmax_scale is None:  # 1 / sqrt(headdim): valid, and symbolic when torch.compile made headdim dynamic
-        softmax_scale = default_softmax_scale(headdim)
-    else:
-        validation.check_softmax_scale(softmax_scale)
+    softmax_scale = validation.softmax_scale_or_default(softmax_scale, headdim)
     window_left, window_right = normalize_window(window_size, causal, capacity)
     cache_seqlens = _cache_seqlens_tensor(cache_seqlens, batch, capacity, q.device)
     cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin = (

@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from .reference import default_softmax_scale
+
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)  # the CUDA kernels'
 # The attention functions': float32 runs the Triton backend on CUDA (flash_attn/triton) and the
 # reference on CPU.
@@ -72,6 +74,15 @@ def check_softmax_scale(softmax_scale):
     """The kernels mask with -inf before scaling, which needs a positive scale."""
     if not (math.isfinite(softmax_scale) and softmax_scale > 0):
         raise ValueError(f"flash_attn: softmax_scale must be a positive finite number, got {softmax_scale}")
+
+
+def softmax_scale_or_default(softmax_scale, headdim):
+    """The user's softmax_scale, checked, or 1 / sqrt(headdim). The default is not checked: it is
+    valid, and symbolic when torch.compile has made headdim dynamic (a check would break the graph)."""
+    if softmax_scale is None:
+        return default_softmax_scale(headdim)
+    check_softmax_scale(softmax_scale)
+    return softmax_scale
 
 
 def check_packed(name, tensor, rank, packed_dim, packed_size):
