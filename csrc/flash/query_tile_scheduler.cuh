@@ -40,8 +40,9 @@ struct QueryTileOrder {
 // Maps a CTA's increasing tile indices to coordinates, in every thread on its own (no warp-wide
 // step, which made ptxas spill in the warp-specialized forward's 24-register producer). Dense:
 // arithmetic. Varlen: a scan over the batches' tile counts from a cursor that only moves forward,
-// so a whole walk reads each entry of cu_seqlens once per thread (from L1 after the CTA's first
-// touch); between two tiles of a stride it crosses the batches in between.
+// so a whole walk reads each entry of cu_seqlens once per thread (every thread of a CTA reads the
+// same entries, so they should hit in L1 after the first; not measured); between two tiles of a
+// stride it crosses the batches in between.
 template <int kBlockM>
 struct QueryTileWalk {
   int batch = 0;       // varlen: the batch of the tile last located, where the next search starts

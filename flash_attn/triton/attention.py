@@ -20,9 +20,9 @@ import triton
 from .. import dropout as dropout_lib
 from . import kernels
 
-# Tiles: 64 x 64 up to head dim 128 (the Triton fused-attention tutorial's forward tile on
-# Hopper-class GPUs), 32 x 32 above it so that the fp32 accumulators of a 256-wide head fit.
-# Not tuned yet (autotuning is part of issue #9).
+# Tiles: 64 x 64 up to head dim 128, 32 x 32 above it so that the fp32 accumulators of a 256-wide
+# head stay small. An untimed starting point: no tile has been measured yet (autotuning is part of
+# issue #9).
 def _blocks(headdim_padded):
     return (64, 64) if headdim_padded <= 128 else (32, 32)
 
