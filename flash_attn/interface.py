@@ -15,7 +15,7 @@ import torch
 from . import ops  # noqa: F401 - importing it defines torch.ops.flash_attn.fwd / bwd
 from . import paged_prefill, validation
 from .attention_probs import dropout_attention_probs
-from .headdim import pad_headdim, padded_headdim
+from .headdim import pad_headdim, padded_headdim, unpad_headdim
 from .reference import normalize_window
 
 try:  # the Triton backend and its ops (flash_attn/triton/ops.py), where triton is installed
@@ -28,13 +28,13 @@ def _forward_op(q):
     """The fwd op that serves q: the Triton backend's where flash_attn/triton/ops.py chooses it, else
     the CUDA kernels' or the CPU path's."""
     if triton_ops is not None and triton_ops.uses_triton(q):
-        return torch.ops.flash_attn.triton_fwd
+        return torch.ops.flash_attn.triton_fwd.default
     if triton_ops is None and os.environ.get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE":
         raise RuntimeError("flash_attn: FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE needs triton, which is not installed")
     if q.is_cuda and q.dtype == torch.float32:
         raise TypeError("flash_attn: float32 CUDA tensors run the Triton backend, and triton is not installed; "
                         "use float16 or bfloat16, or install triton")
-    return torch.ops.flash_attn.fwd
+    return torch.ops.flash_attn.fwd.default
 
 def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                deterministic, return_attn_probs):
@@ -57,7 +57,7 @@ def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, s
     out, softmax_lse, rng_state = _forward_op(q)(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(dropout_p), float(softmax_scale),
         window_left, window_right, float(softcap), alibi_slopes, deterministic)
-    out = out[..., :headdim]
+    out = unpad_headdim(out, headdim)
     if not return_attn_probs:
         return out
     probs = None  # S_dmask exists only with dropout, as in FlashAttention 2
@@ -82,7 +82,7 @@ def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     out, softmax_lse = paged_prefill.paged_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                           block_table.contiguous(), float(softmax_scale), window,
                                                           float(softcap), alibi_slopes)
-    out = out[..., :headdim]
+    out = unpad_headdim(out, headdim)
     return (out, softmax_lse, None) if return_attn_probs else out
 
 

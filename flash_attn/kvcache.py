@@ -61,7 +61,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         for t in (cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin))
     headdim_padded = padded_headdim(headdim)
     q_op, k_cache_op, v_cache_op, k_op, v_op = (pad_headdim(t, headdim_padded) for t in (q, k_cache, v_cache, k, v))
-    out, softmax_lse = torch.ops.flash_attn.fwd_kvcache(
+    out, softmax_lse = torch.ops.flash_attn.fwd_kvcache.default(
         q_op, k_cache_op, v_cache_op, k_op, v_op, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, float(softmax_scale), window_left, window_right, float(softcap),
         bool(rotary_interleaved), alibi_slopes, int(num_splits))

@@ -95,7 +95,9 @@ def test_hipify_converts_launches_and_runtime(hipified):
     assert not [p for p, t in texts.items() if "cuda_runtime.h" in t]
     launcher = texts[os.path.join("flash", "fwd_query_block.cuh")]
     assert "#include <hip/hip_runtime.h>" in launcher and "hipLaunchKernelGGL" in launcher
-    assert "hipFuncSetAttribute" in launcher
+    attributes = texts[os.path.join("flash", "launch_attributes.h")]
+    assert "hipFuncSetAttribute" in attributes and "hipDeviceGetAttribute" in attributes
+    assert "cudaDevAttr" not in attributes
     assert os.path.join("flash", "dropout_mask.hip") in texts
 
 

@@ -1,10 +1,15 @@
 // First step of the backward, one warp per query row (batch, head, row < seqlen_q of the grid; rows
 // past a sequence's own length skipped): dsum[b, h, i] = sum_d dout[b, i, h, d] * out[b, i, h, d]
-// (float32), the row term of dS = P * (dP - dsum), laid out like lse.
+// (float32), the row term of dS = P * (dP - dsum), laid out like lse. It also clears what the
+// main kernel adds into: the row's dq_accum row, or with deterministic=True the dQ counters
+// (dq_order.cuh). A cudaMemsetAsync did that before, one more launch and ~8 µs of host time per
+// backward on the GPU machine (benchmarks/NOTES.md v11).
 #pragma once
 
 #include "arch/arch.cuh"
 #include "common.cuh"
+#include "dq_accum.cuh"
+#include "dq_order.cuh"
 #include "params.h"
 #include "sequence.cuh"
 #include "tile_io.cuh"
@@ -12,6 +17,7 @@
 namespace flash {
 
 constexpr int kPreprocessWarps = 8;
+static_assert(kMaxDqSlices <= arch::kWarpSize, "one lane clears each slice's counter");
 
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kPreprocessWarps* arch::kWarpSize) bwd_preprocess_kernel(const BwdParams p) {
@@ -22,8 +28,15 @@ __global__ void __launch_bounds__(kPreprocessWarps* arch::kWarpSize) bwd_preproc
   const int row = static_cast<int>(row_id % shape.seqlen_q);
   const int head = static_cast<int>((row_id / shape.seqlen_q) % shape.heads);
   const int batch = static_cast<int>(row_id / (static_cast<int64_t>(shape.seqlen_q) * shape.heads));
+  if (p.dq_semaphore != nullptr && row % kMinBwdBlockM == 0 && lane < p.dq_slices)
+    p.dq_semaphore[dq_counter_index(shape, lane, batch, head, row / kMinBwdBlockM)] = 0;
   const SequenceView seq = SequenceView::of(p.fwd, batch);
   if (row >= seq.seqlen_q) return;
+  if (p.dq_semaphore == nullptr) {  // deterministic: a slice's first add writes its tile instead
+    float* dq_row = p.dq_accum + DqAccum<kHeadDim>::row_offset(p, seq, head, row);
+    for (int col = lane * 4; col < kHeadDim; col += arch::kWarpSize * 4)
+      *reinterpret_cast<float4*>(dq_row + col) = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 
   const T* dout = seq.q_side<const T>(p.dout, row, head);
   const T* out = seq.q_side<const T>(p.fwd.out, row, head);

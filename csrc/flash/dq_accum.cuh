@@ -7,8 +7,10 @@
 // by (row within the sequence) % 8 (unit v stored at v ^ (row % 8)): every row of such a tile
 // starts at the same bank, and by the bank arithmetic the swizzle spreads a warp's fragment stores
 // (8 rows x 32 bytes) over all banks, 2 wavefronts instead of 8 (not isolated in a profile).
-// kHeadDim is a multiple of 32, so the swizzle stays inside the row. The launcher zeroes the
-// buffer, except with deterministic=True (dq_order.cuh: a slice's first add writes its tile).
+// kHeadDim is a multiple of 32, so the swizzle stays inside the row. The preprocess zeroes the
+// rows of every sequence, except with deterministic=True (dq_order.cuh: a slice's first add writes
+// its tile); the spare rows are never zeroed, as nothing reads them: a whole-tile add that covers
+// them adds into whatever they hold.
 #pragma once
 
 #include "arch/arch.cuh"

@@ -15,7 +15,7 @@
 // chain by their count: at hd 128, 8k tokens on H100, one slice ran at 0.69x of the default
 // backward and four at 0.77x (benchmarks/NOTES.md v8, runs 1 and 2). The first turn
 // of a slice writes the tile instead of adding to it (no zeroing pass over the slices), and one
-// counter per (slice, batch, head, kMinBwdBlockM rows), zeroed by the launcher, counts the adds
+// counter per (slice, batch, head, kMinBwdBlockM rows), zeroed by the preprocess, counts the adds
 // done: key block j waits until it equals its turn, adds, and releases turn + 1; the convert pass
 // reads a slice's rows only where its counter is not 0.
 #pragma once

@@ -9,6 +9,7 @@
 
 #include "common.cuh"
 #include "dropout.cuh"
+#include "launch_attributes.h"
 #include "mask.cuh"
 #include "params.h"
 #include "score_mod.cuh"
@@ -102,7 +103,7 @@ __host__ __device__ inline int query_tile_count(const FwdParams& p) {
 // batch, with Cfg::kSmemBytes of dynamic shared memory opted in.
 template <typename Cfg, typename Kernel>
 cudaError_t launch_over_query_blocks(Kernel kernel, const FwdParams& params, cudaStream_t stream) {
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(ceil_div(params.shape.seqlen_q, Cfg::kBlockM), params.shape.heads, params.shape.batch);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);

@@ -11,6 +11,7 @@
 #include "dq_accum.cuh"
 #include "features.h"
 #include "launch_api.h"
+#include "launch_attributes.h"
 #include "launch_bwd_sm90.cuh"
 
 namespace flash {
@@ -39,7 +40,7 @@ cudaError_t run_bwd_sm80(const BwdParams& params, cudaStream_t stream, int devic
   using Cfg = typename BwdTile<kHeadDim>::type;
   auto kernel = bwd_kernel<T, Cfg, kScoreExtras>;
   int smem_optin = 0;
-  cudaError_t err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  cudaError_t err = cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device, smem_optin);
   if (err != cudaSuccess) return err;
   // Two stages overlap the next query block's loads with this one's math. They fit H100's 227 KB
   // at every head dim; on A100-class shared memory (163 KB) the larger tiles fall back to one stage.
@@ -48,25 +49,19 @@ cudaError_t run_bwd_sm80(const BwdParams& params, cudaStream_t stream, int devic
   const bool force_one_stage = forced != nullptr && std::strcmp(forced, "1") == 0;
   const int stages = !force_one_stage && Cfg::smem_bytes(2) <= smem_optin ? 2 : 1;
   const int smem = Cfg::smem_bytes(stages);
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  err = allow_dynamic_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(ceil_div(params.fwd.shape.seqlen_k, Cfg::kBlockN), params.fwd.shape.heads, params.fwd.shape.batch);
   kernel<<<grid, Cfg::kThreads, smem, stream>>>(params, stages);
   return cudaGetLastError();
 }
 
-// Zeroed dq_accum (deterministic: zeroed counters instead), the preprocess (dsum), the main kernel,
+// The preprocess (dsum; it also clears dq_accum, or the deterministic counters), the main kernel,
 // then dq from dq_accum.
 template <typename T, int kHeadDim>
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
-  const size_t dq_accum_bytes = sizeof(float) * params.fwd.shape.heads * params.dq_accum_head_rows * kHeadDim;
-  if (err == cudaSuccess && params.dq_semaphore == nullptr)
-    err = cudaMemsetAsync(params.dq_accum, 0, dq_accum_bytes, stream);
-  if (err == cudaSuccess && params.dq_semaphore != nullptr)
-    err = cudaMemsetAsync(params.dq_semaphore, 0,
-                          sizeof(int) * dq_semaphore_count(params.fwd.shape, params.dq_slices), stream);
   if (err == cudaSuccess) err = run_bwd_preprocess<T, kHeadDim>(params, stream);
   bool launched = false;
   if (needs_score_extras(params.fwd)) {  // the score-extras variant (features.h)

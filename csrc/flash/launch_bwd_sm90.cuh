@@ -3,6 +3,7 @@
 #pragma once
 
 #include "bwd_kernel_sm90.cuh"
+#include "launch_attributes.h"
 #include "launch_sm90.cuh"
 
 namespace flash {
@@ -38,7 +39,7 @@ constexpr int kShortCausalKeys = 1024;
 template <typename T, typename Cfg, bool kScoreExtras>
 cudaError_t launch_bwd_sm90(const BwdParams& params, cudaStream_t stream) {
   auto kernel = bwd_kernel_sm90<T, Cfg, kScoreExtras>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(ceil_div(params.fwd.shape.seqlen_k, Cfg::kBlockN), params.fwd.shape.heads, params.fwd.shape.batch);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);

@@ -3,13 +3,13 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "arch/sm90_tensor_map.h"
 #include "fwd_kernel_sm90.cuh"
 #include "fwd_kernel_sm90_ws.cuh"
+#include "launch_attributes.h"
 #include "launch_sm90.cuh"
 
 namespace flash {
@@ -84,19 +84,6 @@ bool warp_specialized_fwd_chosen(const FwdParams& p) {
   return FwdWsTile<kHeadDim>::preferred(p);
 }
 
-// Streaming multiprocessors of `device`, queried once per device.
-inline cudaError_t multiprocessor_count(int device, int& count) {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> known[kCachedDevices];
-  if (device < kCachedDevices && known[device] > 0) {
-    count = known[device];
-    return cudaSuccess;
-  }
-  const cudaError_t err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess && device < kCachedDevices) known[device] = count;
-  return err;
-}
-
 // Launches the warp-specialized forward over its query tiles (query_tile_scheduler.cuh): one CTA
 // per SM walks them, each CTA's producer loading the next tile under the current one's last MMAs
 // and epilogue; uneven tiles (causal, window) in the heaviest-first order, so that the strides
@@ -105,7 +92,7 @@ inline cudaError_t multiprocessor_count(int device, int& count) {
 template <typename Cfg, typename Kernel>
 cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, const FwdTensorMaps& maps,
                                     cudaStream_t stream) {
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const bool varlen = params.varlen.cu_seqlens_q != nullptr;
   const bool uneven = params.window.left >= 0 || params.window.right >= 0;
@@ -116,7 +103,7 @@ cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, cons
   if (!(grid_choice != nullptr && std::strcmp(grid_choice, "tiles") == 0)) {
     int device = 0, sms = 0;
     err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = multiprocessor_count(device, sms);
+    if (err == cudaSuccess) err = cached_device_attribute<cudaDevAttrMultiProcessorCount>(device, sms);
     if (err != cudaSuccess) return err;
     grid = std::min(tiles, sms);
   }

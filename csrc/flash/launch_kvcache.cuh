@@ -7,6 +7,7 @@
 #include "combine_kernel.cuh"
 #include "kvcache_append_kernel.cuh"
 #include "launch_api.h"
+#include "launch_attributes.h"
 #include "launch_sm90.cuh"
 #include "splitkv_kernel.cuh"
 
@@ -41,7 +42,7 @@ cudaError_t launch_kvcache_append(const KvAppendParams& p, cudaStream_t stream) 
 template <typename T, typename Cfg, bool kPaged, bool kBulk>
 cudaError_t launch_splitkv(const SplitKvParams& p, cudaStream_t stream) {
   auto kernel = splitkv_kernel<T, Cfg, kPaged, kBulk>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int m_blocks = ceil_div(p.fwd.shape.seqlen_q * (p.fwd.shape.heads / p.fwd.shape.heads_k), Cfg::kRows);
   const dim3 grid(m_blocks * p.num_splits, p.fwd.shape.heads_k, p.fwd.shape.batch);

@@ -96,7 +96,7 @@ struct BwdParams {
   Strided4d dq;     // output, like q
   float* dq_accum;  // float32 scratch laid out as in dq_accum.cuh; the main kernel adds into it,
                     //   a last pass converts. dq_slices partial sums (dq_order.cuh), each
-                    //   dq_slice_stride floats; zeroed by the launcher unless deterministic
+                    //   dq_slice_stride floats; zeroed by the preprocess unless deterministic
   int64_t dq_accum_head_rows;  // rows of one head in one slice of dq_accum (dq_accum_rows_per_head)
   int dq_slices;               // 1, or with deterministic=True dq_slice_count()
   int64_t dq_slice_stride;     // heads * dq_accum_head_rows * kernel head dim
