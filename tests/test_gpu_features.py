@@ -123,12 +123,17 @@ def test_dropout_follows_manual_seed():
     assert torch.equal(first, second) and not torch.equal(second, third)
 
 
-DETERMINISTIC_CASES = {  # name: (headdim, kernel, mods, varlen)
-    "hd128_causal_gqa": (128, "default", Mods(causal=True), False),
-    "hd64_window_dropout": (64, "default", Mods(window_size=(300, 100), dropout_p=0.1), False),
-    "hd64_varlen_causal": (64, "default", Mods(causal=True), True),
-    "hd96_sm80": (96, "default", Mods(causal=True, alibi="head"), False),
-    "hd128_sm80_forced": (128, "sm80", Mods(softcap=10.0), True),
+DETERMINISTIC_CASES = {  # name: (headdim, kernel, mods, varlen, (seqlen_q, seqlen_k)); dq_order.cuh's walks:
+    "hd128_causal_gqa": (128, "default", Mods(causal=True), False, (1500, 1500)),  # descending
+    "hd64_window_dropout": (64, "default", Mods(window_size=(300, 100), dropout_p=0.1), False, (1500, 1500)),
+    "hd64_window_left": (64, "default", Mods(window_size=(300, -1)), False, (1500, 1500)),  # ascending
+    "hd64_varlen_causal": (64, "default", Mods(causal=True), True, (1500, 1500)),
+    "hd96_sm80": (96, "default", Mods(causal=True, alibi="head"), False, (1500, 1500)),
+    "hd128_sm80_forced": (128, "sm80", Mods(softcap=10.0), True, (1500, 1500)),  # staggered from here on
+    "hd64_full": (64, "default", Mods(), False, (1500, 1500)),
+    "hd64_full_varlen_alibi": (64, "default", Mods(alibi="head"), True, (1500, 1500)),
+    "hd128_full_more_keys": (128, "default", Mods(), False, (300, 1500)),  # 4 laps per query block
+    "hd64_full_laps_share_slices": (64, "default", Mods(), False, (100, 1500)),  # 12 laps, 4 slices
 }
 
 
@@ -136,14 +141,14 @@ DETERMINISTIC_CASES = {  # name: (headdim, kernel, mods, varlen)
 def test_deterministic_backward_is_bitwise_reproducible(monkeypatch, case):
     """deterministic=True: dq, dk, dv bitwise equal over 50 runs (many query blocks per key block,
     so the default backward's dQ atomics would reorder)."""
-    headdim, kernel, mods, varlen = DETERMINISTIC_CASES[case]
+    headdim, kernel, mods, varlen, (seqlen_q, seqlen_k) = DETERMINISTIC_CASES[case]
     require_kernel(torch.bfloat16, headdim)
     _kernels(monkeypatch, kernel)
     slopes = mods.slopes(2, 8, "cuda")
     kwargs = dict(causal=mods.causal, window_size=mods.window_size, softcap=mods.softcap, alibi_slopes=slopes,
                   dropout_p=mods.dropout_p, deterministic=True)
-    q, k, v, dout = make_qkv(2, 1500, 1500, 8, 2, headdim, torch.bfloat16, "cuda")
-    if varlen:
+    q, k, v, dout = make_qkv(2, seqlen_q, seqlen_k, 8, 2, headdim, torch.bfloat16, "cuda")
+    if varlen:  # (the varlen cases are 1500 x 1500: sequences of 1000 and 2000)
         q, k, v, dout = (t.reshape(-1, *t.shape[2:]) for t in (q, k, v, dout))
         cu = make_cu_seqlens([1000, 2000], "cuda")
     leaves = [t.requires_grad_() for t in (q, k, v)]
@@ -189,10 +194,12 @@ def test_sanitizer_varlen_lengths_zero_and_one(monkeypatch, deterministic, forwa
                  torch.bfloat16, "cuda")
 
 
+@pytest.mark.parametrize("seqlen_q", [1100, 100])
 @pytest.mark.parametrize("causal", [False, True])
-def test_sanitizer_deterministic_dq_slices(causal):
-    """deterministic=True over 1100 keys: three dQ partial sums (dq_order.cuh), the first add of each
-    writing its tile and the convert pass reading only the written ones; against the reference, and
-    under memcheck in gpu_check.sh."""
+def test_sanitizer_deterministic_dq_slices(causal, seqlen_q):
+    """deterministic=True over 1100 keys: several dQ partial sums (dq_order.cuh), the first add of each
+    writing its tile and the convert pass reading only the written ones; with 100 queries the
+    staggered walk (not causal) has more laps than slices, which then share them. Against the
+    reference, and under memcheck in gpu_check.sh."""
     require_kernel(torch.bfloat16, 64)
-    check_dense(Mods(causal=causal, deterministic=True), 1, 1100, 1100, 2, 1, 64, torch.bfloat16, "cuda")
+    check_dense(Mods(causal=causal, deterministic=True), 1, seqlen_q, 1100, 2, 1, 64, torch.bfloat16, "cuda")

@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
   const auto kb = BwdKeyBlock<kBlockM, kBlockN>::template current</*kExtras=*/true>(p);
   if (kb.template done_without_queries<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
-  const int head = kb.head, n0 = kb.n0, m_first = kb.m_first, m_last = kb.m_last, headdim = p.fwd.shape.headdim;
+  const int head = kb.head, n0 = kb.n0, steps = kb.query_blocks(), headdim = p.fwd.shape.headdim;
   const AttentionMask& mask = kb.mask;
   const ScoreMod mod = kScoreExtras ? kb.score_mod(p) : ScoreMod::none();
   const Dropout dropout = kScoreExtras ? kb.dropout(p) : Dropout::none();
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
                                                          p.fwd.k.row_stride, kb.rows_k, headdim, tid);
   load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sV, kb.template key_rows<T>(p.fwd.v, kb.head_k),
                                                          p.fwd.v.row_stride, kb.rows_k, headdim, tid);
-  load_query_stage_async(QueryStage<T, Cfg>::at(stage_base), p, kb, m_first * kBlockM, tid);
+  load_query_stage_async(QueryStage<T, Cfg>::at(stage_base), p, kb, kb.query_block(0) * kBlockM, tid);
   arch::cp_async_commit();
 
   float dk_acc[KVGrid::kMT][KVGrid::kNT][4];  // this warp's (keys x head dim) tile of dK
@@ -171,15 +171,17 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
   arch::zero_accumulators(dv_acc);
   const int kv_key0 = KVGrid::row0(warp), kv_dim0 = KVGrid::col0(warp);
 
-  for (int m_block = m_first; m_block <= m_last; ++m_block) {
-    const int m0 = m_block * kBlockM;
-    const int stage_index = stages == 2 ? (m_block - m_first) % 2 : 0;
+  for (int step = 0; step < steps; ++step) {  // the query blocks, in the order of the walk (dq_order.cuh)
+    const int m_block = kb.query_block(step), m0 = m_block * kBlockM;
+    const bool more = step + 1 < steps;
+    const int next_m0 = more ? kb.query_block(step + 1) * kBlockM : 0;
+    const int stage_index = stages == 2 ? step % 2 : 0;
     const QueryStage<T, Cfg> stage = QueryStage<T, Cfg>::at(stage_base + stage_index * Cfg::kStageBytes);
     arch::cp_async_wait<0>();
     __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
-    if (stages == 2 && m_block < m_last) {
+    if (stages == 2 && more) {
       load_query_stage_async(QueryStage<T, Cfg>::at(stage_base + (1 - stage_index) * Cfg::kStageBytes), p, kb,
-                             m0 + kBlockM, tid);
+                             next_m0, tid);
       arch::cp_async_commit();
     }
 
@@ -204,9 +206,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
       if (tid == 0) turn.release();
     }
 
-    if (stages == 1 && m_block < m_last) {
+    if (stages == 1 && more) {
       __syncthreads();  // every warp is done with this block's Q and dO
-      load_query_stage_async(stage, p, kb, m0 + kBlockM, tid);
+      load_query_stage_async(stage, p, kb, next_m0, tid);
       arch::cp_async_commit();
     }
   }

@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   const int warp_key0 = group_key0 + warp_in_group * 16;  // this warp's accumulator rows
   const auto kb = BwdKeyBlock<kBlockM, kBlockN>::template current</*kExtras=*/true>(p);
   if (kb.template done_without_queries<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
-  const int head = kb.head, n0 = kb.n0, m_first = kb.m_first, m_last = kb.m_last, headdim = p.fwd.shape.headdim;
+  const int head = kb.head, n0 = kb.n0, steps = kb.query_blocks(), headdim = p.fwd.shape.headdim;
   const AttentionMask& mask = kb.mask;
   const ScoreMod mod = kScoreExtras ? kb.score_mod(p) : ScoreMod::none();
   const Dropout dropout = kScoreExtras ? kb.dropout(p) : Dropout::none();
@@ -228,9 +228,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   // kStages - 2 groups" is always "up to the current block".
 #pragma unroll
   for (int ahead = 0; ahead < Cfg::kStages - 1; ++ahead) {
-    if (m_first + ahead <= m_last)
+    if (ahead < steps)
       load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + ahead * Cfg::kStageBytes), p, kb,
-                                    (m_first + ahead) * kBlockM, tid);
+                                    kb.query_block(ahead) * kBlockM, tid);
     arch::cp_async_commit();
   }
 
@@ -239,19 +239,18 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   arch::zero_accumulators(dk_acc);
   arch::zero_accumulators(dv_acc);
 
-  for (int m_block = m_first; m_block <= m_last; ++m_block) {
-    const int m0 = m_block * kBlockM;
-    const int stage_index = (m_block - m_first) % Cfg::kStages;
+  for (int step = 0; step < steps; ++step) {  // the query blocks, in the order of the walk (dq_order.cuh)
+    const int m_block = kb.query_block(step), m0 = m_block * kBlockM;
+    const int stage_index = step % Cfg::kStages;
     const QueryStageSm90<Cfg> stage = QueryStageSm90<Cfg>::at(stage_base + stage_index * Cfg::kStageBytes);
     arch::cp_async_wait<Cfg::kStages - 2>();
     arch::fence_proxy_async();
     __syncthreads();  // this block's inputs landed; the previous block's phases are done everywhere
     {  // the stage of the previous block, which every warp is done with, loads block m + kStages - 1
-      const int next = m_block + Cfg::kStages - 1;
-      if (next <= m_last)
-        load_query_stage_sm90<T, Cfg>(
-            QueryStageSm90<Cfg>::at(stage_base + ((next - m_first) % Cfg::kStages) * Cfg::kStageBytes), p, kb,
-            next * kBlockM, tid);
+      const int next = step + Cfg::kStages - 1;
+      if (next < steps)
+        load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + (next % Cfg::kStages) * Cfg::kStageBytes),
+                                      p, kb, kb.query_block(next) * kBlockM, tid);
       arch::cp_async_commit();
     }
 
@@ -264,8 +263,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     // The previous block's dQ tile goes out while these MMAs run: with deterministic=True the
     // wait for this key block's turn and for the add's completion then stalls warpgroup 0 only
     // where it would wait for its S^T anyway (issued before the MMAs, it stalled their issue).
-    if (tid == 0 && m_block > m_first)
-      reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m0 - kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, m_block - 1));
+    const int previous = step > 0 ? kb.query_block(step - 1) : -1;
+    if (tid == 0 && step > 0)
+      reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, previous * kBlockM,
+                          kb.template dq_turn</*kDeterministic=*/true>(p, previous));
     // Dropout's keep bits do not depend on S^T: drawn here, while the S^T and dP^T MMAs run.
     KeepBits<1, kScoreNT> keep;
     if (dropout.enabled) keep = keep_bits_bwd<1, kScoreNT>(dropout, n0 + warp_key0, m0, lane);
@@ -308,7 +309,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
           dq[0], Cfg::DsTile::mn_major(sdS, dq_row0, ks), Cfg::KVTile::mn_major(sK, dq_col0, ks), ks > 0);
     arch::wgmma_commit();
     // Deterministic: the previous block's add, issued under phase 1, is released under these MMAs.
-    if (tid == 0 && m_block > m_first) release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, m_block - 1));
+    if (tid == 0 && step > 0) release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, previous));
     arch::wgmma_wait<0>();
     arch::wgmma_fence_operand(dq[0]);
     arch::wgmma_fence_operand(dv_acc[0]);
@@ -318,8 +319,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   }
   __syncthreads();  // the last block's dQ tile is complete
   if (tid == 0) {
-    reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, m_last * kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, m_last));
-    release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, m_last));
+    const int last = kb.query_block(steps - 1);
+    reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, last * kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, last));
+    release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, last));
     arch::bulk_wait_complete<0>();
   }
 

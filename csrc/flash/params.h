@@ -176,15 +176,19 @@ constexpr int64_t dq_accum_rows_per_head(bool varlen, int64_t batch, int64_t seq
 }
 
 // Deterministic backward (dq_order.cuh): the key blocks that see a query block add into it in a
-// fixed order, spread over dq_slice_count() partial sums so that each chain of waits is a quarter
-// as long; one counter per (slice, batch, head, kMinBwdBlockM query rows), the rows of every
-// backward kernel's query blocks.
+// fixed order, spread over dq_slice_count() partial sums; one counter per (slice, batch, head,
+// kMinBwdBlockM query rows), the rows of every backward kernel's query blocks.
 constexpr int kMinBwdBlockM = 64;
 constexpr int kMaxDqSlices = 4;
-// One slice up to 512 keys (chains of at most 4 key blocks of 128), then one per 512 keys up to
-// kMaxDqSlices: each slice costs dq_accum's size again (twice q's bytes in fp16/bf16).
-constexpr int dq_slice_count(int64_t seqlen_k) {
-  const int64_t slices = (seqlen_k + 511) / 512;
+// Each slice costs dq_accum's size again (twice q's bytes in fp16/bf16), so: staggered (the walk
+// without a window), one slice per lap, of which a query block has at most 1 + ceil(seqlen_k /
+// seqlen_q) when kBlockN >= kBlockM (DqTurn asserts it); the other walks, one slice up to 512 keys
+// (chains of at most 4 key blocks of 128), then one per 512 keys. At most kMaxDqSlices: beyond
+// that, laps or chain positions share slices and wait longer. Varlen passes the max lengths: a
+// sequence with more laps than slices is still ordered, only slower.
+constexpr int dq_slice_count(int64_t seqlen_q, int64_t seqlen_k, bool staggered) {
+  const int64_t slices = staggered ? 1 + (seqlen_k + seqlen_q - 1) / (seqlen_q > 0 ? seqlen_q : 1)
+                                   : (seqlen_k + 511) / 512;
   return slices < 1 ? 1 : slices > kMaxDqSlices ? kMaxDqSlices : static_cast<int>(slices);
 }
 constexpr int64_t dq_semaphore_count(const AttentionShape& s, int slices) {
