@@ -59,14 +59,15 @@ struct DqOrder {
 // Counter of (slice, batch, head, unit of kMinBwdBlockM query rows).
 __device__ __forceinline__ int64_t dq_counter_index(const AttentionShape& shape, int slice, int batch, int head,
                                                     int unit) {
-  const int units = ceil_div(shape.seqlen_q, kMinBwdBlockM);
+  const int64_t units = dq_counter_units(shape.seqlen_q);
   return ((static_cast<int64_t>(slice) * shape.batch + batch) * shape.heads + head) * units + unit;
 }
 
 template <int kBlockM, int kBlockN>
 struct DqTurn {
   static constexpr int kCounterRows = kBlockM / kMinBwdBlockM;  // counters per query block
-  static_assert(kBlockM % kMinBwdBlockM == 0, "whole counters per query block");
+  static_assert(kBlockM % kMinBwdBlockM == 0 && kBlockM <= kMaxBwdBlockM, "whole counters per query block, "
+                "inside dq_counter_units");
   static_assert(kBlockN >= kBlockM, "dq_slice_count bounds the staggered walk's laps with kBlockN >= kBlockM");
   int* counter;  // null: not deterministic
   int turn;

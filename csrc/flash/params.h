@@ -179,7 +179,14 @@ constexpr int64_t dq_accum_rows_per_head(bool varlen, int64_t batch, int64_t seq
 // fixed order, spread over dq_slice_count() partial sums; one counter per (slice, batch, head,
 // kMinBwdBlockM query rows), the rows of every backward kernel's query blocks.
 constexpr int kMinBwdBlockM = 64;
+constexpr int kMaxBwdBlockM = 128;
 constexpr int kMaxDqSlices = 4;
+// Counters per (slice, batch, head): whole query blocks of the largest kBlockM, so that a block's
+// release of all its kBlockM / kMinBwdBlockM counters stays inside its own head's, also past the
+// last query (seqlen_q = 1 with 128-query blocks: two counters, not one).
+constexpr int64_t dq_counter_units(int64_t seqlen_q) {
+  return (seqlen_q + kMaxBwdBlockM - 1) / kMaxBwdBlockM * (kMaxBwdBlockM / kMinBwdBlockM);
+}
 // Each slice costs dq_accum's size again (twice q's bytes in fp16/bf16), so: staggered (the walk
 // without a window), one slice per lap, of which a query block has at most 1 + ceil(seqlen_k /
 // seqlen_q) when kBlockN >= kBlockM (DqTurn asserts it); the other walks, one slice up to 512 keys
@@ -192,7 +199,7 @@ constexpr int dq_slice_count(int64_t seqlen_q, int64_t seqlen_k, bool staggered)
   return slices < 1 ? 1 : slices > kMaxDqSlices ? kMaxDqSlices : static_cast<int>(slices);
 }
 constexpr int64_t dq_semaphore_count(const AttentionShape& s, int slices) {
-  return static_cast<int64_t>(slices) * s.batch * s.heads * ((s.seqlen_q + kMinBwdBlockM - 1) / kMinBwdBlockM);
+  return static_cast<int64_t>(slices) * s.batch * s.heads * dq_counter_units(s.seqlen_q);
 }
 
 }  // namespace flash
