@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
                                                          p.fwd.k.row_stride, kb.rows_k, headdim, tid);
   load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sV, kb.template key_rows<T>(p.fwd.v, kb.head_k),
                                                          p.fwd.v.row_stride, kb.rows_k, headdim, tid);
-  load_query_stage_async(QueryStage<T, Cfg>::at(stage_base), p, kb, kb.query_block(0) * kBlockM, tid);
+  load_query_stage_async(QueryStage<T, Cfg>::at(stage_base), p, kb, kb.m_start * kBlockM, tid);
   arch::cp_async_commit();
 
   float dk_acc[KVGrid::kMT][KVGrid::kNT][4];  // this warp's (keys x head dim) tile of dK
@@ -171,10 +171,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
   arch::zero_accumulators(dv_acc);
   const int kv_key0 = KVGrid::row0(warp), kv_dim0 = KVGrid::col0(warp);
 
-  for (int step = 0; step < steps; ++step) {  // the query blocks, in the order of the walk (dq_order.cuh)
-    const int m_block = kb.query_block(step), m0 = m_block * kBlockM;
+  int m_block = kb.m_start;  // the query blocks, in the order of the walk (dq_order.cuh)
+  for (int step = 0; step < steps; ++step, m_block = kb.query_block_after(m_block, 1)) {
+    const int m0 = m_block * kBlockM;
     const bool more = step + 1 < steps;
-    const int next_m0 = more ? kb.query_block(step + 1) * kBlockM : 0;
+    const int next_m0 = kb.query_block_after(m_block, more ? 1 : 0) * kBlockM;
     const int stage_index = stages == 2 ? step % 2 : 0;
     const QueryStage<T, Cfg> stage = QueryStage<T, Cfg>::at(stage_base + stage_index * Cfg::kStageBytes);
     arch::cp_async_wait<0>();

@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   for (int ahead = 0; ahead < Cfg::kStages - 1; ++ahead) {
     if (ahead < steps)
       load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + ahead * Cfg::kStageBytes), p, kb,
-                                    kb.query_block(ahead) * kBlockM, tid);
+                                    kb.query_block_after(kb.m_start, ahead) * kBlockM, tid);
     arch::cp_async_commit();
   }
 
@@ -239,8 +239,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   arch::zero_accumulators(dk_acc);
   arch::zero_accumulators(dv_acc);
 
-  for (int step = 0; step < steps; ++step) {  // the query blocks, in the order of the walk (dq_order.cuh)
-    const int m_block = kb.query_block(step), m0 = m_block * kBlockM;
+  int m_block = kb.m_start;  // the query blocks, in the order of the walk (dq_order.cuh)
+  for (int step = 0; step < steps; ++step, m_block = kb.query_block_after(m_block, 1)) {
+    const int m0 = m_block * kBlockM;
     const int stage_index = step % Cfg::kStages;
     const QueryStageSm90<Cfg> stage = QueryStageSm90<Cfg>::at(stage_base + stage_index * Cfg::kStageBytes);
     arch::cp_async_wait<Cfg::kStages - 2>();
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
       const int next = step + Cfg::kStages - 1;
       if (next < steps)
         load_query_stage_sm90<T, Cfg>(QueryStageSm90<Cfg>::at(stage_base + (next % Cfg::kStages) * Cfg::kStageBytes),
-                                      p, kb, kb.query_block(next) * kBlockM, tid);
+                                      p, kb, kb.query_block_after(m_block, Cfg::kStages - 1) * kBlockM, tid);
       arch::cp_async_commit();
     }
 
@@ -263,10 +264,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     // The previous block's dQ tile goes out while these MMAs run: with deterministic=True the
     // wait for this key block's turn and for the add's completion then stalls warpgroup 0 only
     // where it would wait for its S^T anyway (issued before the MMAs, it stalled their issue).
-    const int previous = step > 0 ? kb.query_block(step - 1) : -1;
-    if (tid == 0 && step > 0)
+    if (tid == 0 && step > 0) {
+      const int previous = kb.query_block_before(m_block);
       reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, previous * kBlockM,
                           kb.template dq_turn</*kDeterministic=*/true>(p, previous));
+    }
     // Dropout's keep bits do not depend on S^T: drawn here, while the S^T and dP^T MMAs run.
     KeepBits<1, kScoreNT> keep;
     if (dropout.enabled) keep = keep_bits_bwd<1, kScoreNT>(dropout, n0 + warp_key0, m0, lane);
@@ -309,7 +311,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
           dq[0], Cfg::DsTile::mn_major(sdS, dq_row0, ks), Cfg::KVTile::mn_major(sK, dq_col0, ks), ks > 0);
     arch::wgmma_commit();
     // Deterministic: the previous block's add, issued under phase 1, is released under these MMAs.
-    if (tid == 0 && step > 0) release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, previous));
+    if (tid == 0 && step > 0)
+      release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, kb.query_block_before(m_block)));
     arch::wgmma_wait<0>();
     arch::wgmma_fence_operand(dq[0]);
     arch::wgmma_fence_operand(dv_acc[0]);
@@ -319,7 +322,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   }
   __syncthreads();  // the last block's dQ tile is complete
   if (tid == 0) {
-    const int last = kb.query_block(steps - 1);
+    const int last = kb.query_block_before(m_block);  // the loop left m_block one step past the last
     reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, last * kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, last));
     release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, last));
     arch::bulk_wait_complete<0>();

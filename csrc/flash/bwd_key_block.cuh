@@ -24,7 +24,7 @@ struct BwdKeyBlock {
   int rows_k;  // keys of the block inside the sequence; <= 0 when the block lies past its end
   AttentionMask mask;
   int m_first, m_last;  // query blocks (of kBlockM) that see at least one of these keys
-  int m_rotation;       // the walk over them starts at m_first + m_rotation (dq_order.cuh)
+  int m_start;          // the walk over them starts here and wraps from m_last to m_first (dq_order.cuh)
 
   // kExtras: the kernel variant that serves varlen, windows, score modifiers, dropout and the
   // deterministic order.
@@ -44,16 +44,20 @@ struct BwdKeyBlock {
       b.m_first = b.mask.query_begin(b.n0) / kBlockM;
       b.m_last = ceil_div(b.mask.query_end(b.n0, b.rows_k), kBlockM) - 1;
     }
-    b.m_rotation = DqOrder::of(p.fwd).walk_rotation(p, b.n_block, b.query_blocks());
+    b.m_start = b.m_first + DqOrder::of(p.fwd).walk_rotation(p, b.n_block, b.query_blocks());
     return b;
   }
 
   __device__ __forceinline__ int query_blocks() const { return m_last - m_first + 1; }
 
-  // The query block of step `step` (0 <= step < query_blocks()) of this block's walk.
-  __device__ __forceinline__ int query_block(int step) const {
-    const int m = m_first + step + m_rotation;
+  // The query block `ahead` steps after m_block in the walk (0 <= ahead < query_blocks()).
+  __device__ __forceinline__ int query_block_after(int m_block, int ahead) const {
+    const int m = m_block + ahead;
     return m > m_last ? m - query_blocks() : m;
+  }
+  // The query block one step before m_block in the walk.
+  __device__ __forceinline__ int query_block_before(int m_block) const {
+    return m_block == m_first ? m_last : m_block - 1;
   }
 
   __device__ __forceinline__ ScoreMod score_mod(const BwdParams& p) const {
