@@ -9,12 +9,16 @@
 //   the key blocks in reverse.
 // - staggered (no window): every key block sees every query block, and key block j walks them
 //   starting at query block (-j) mod M (M query blocks): it reaches query block m at step
-//   (m + j) mod M, so in step i the key blocks are on M different tiles and none waits. Sorting by
+//   (m + j) mod M, so in step i the key blocks are on different tiles (all of them when N <= M key
+//   blocks) and a block's turn is ready when it arrives. Sorting by
 //   arrival makes the order cyclic in j, which would wait on later launches; it is cut into laps
 //   instead: lap L = (m + j) / M holds consecutive key blocks that arrive one step apart, and lap L
 //   adds into slice L % dq_slices. Within a lap, key block j waits for j - 1, which got there a
 //   step earlier. A lap whose slice already served an earlier lap (more laps than slices: seqlen_k
 //   beyond (dq_slices - 1) x seqlen_q) waits for that lap's last block, a stall of up to a pass.
+//   Measured against the ascending walk (H100, benchmarks/NOTES.md v11): deterministic / default
+//   0.77 -> 0.80 at hd 64 (2k tokens), 0.81 -> 0.82 at hd 128 (2k), unchanged at hd 128 (8k); the
+//   start lag was not most of the cost.
 // - ascending (a bounded left window only): all key blocks start at query block 0; position j
 //   adds into slice j % dq_slices, as turn j / dq_slices of that slice's chain, so the last key
 //   block of a chain starts (chain length - 1) adds late. Before the staggered walk, non-causal

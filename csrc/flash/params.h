@@ -183,7 +183,9 @@ constexpr int kMaxBwdBlockM = 128;
 constexpr int kMaxDqSlices = 4;
 // Counters per (slice, batch, head): whole query blocks of the largest kBlockM, so that a block's
 // release of all its kBlockM / kMinBwdBlockM counters stays inside its own head's, also past the
-// last query (seqlen_q = 1 with 128-query blocks: two counters, not one).
+// last query (seqlen_q = 1 with 128-query blocks: two counters, not one). Those padding counters
+// are only ever written: waits read a block's first counter and the convert pass the counters of
+// rows that exist, which the preprocess zeroes.
 constexpr int64_t dq_counter_units(int64_t seqlen_q) {
   return (seqlen_q + kMaxBwdBlockM - 1) / kMaxBwdBlockM * (kMaxBwdBlockM / kMinBwdBlockM);
 }
