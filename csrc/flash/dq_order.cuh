@@ -43,7 +43,9 @@ struct DqOrder {
   Walk walk;
 
   __device__ __forceinline__ static DqOrder of(const FwdParams& p) {
-    return DqOrder{p.window.right >= 0 ? kDescending : p.window.left < 0 ? kStaggered : kAscending};
+    return DqOrder{staggered_dq_walk(p.window.left, p.window.right) ? kStaggered
+                   : p.window.right >= 0                                 ? kDescending
+                                                                         : kAscending};
   }
 
   // The key block a CTA owns: blockIdx.x, reversed when the order is descending.

@@ -189,6 +189,11 @@ constexpr int kMaxDqSlices = 4;
 constexpr int64_t dq_counter_units(int64_t seqlen_q) {
   return (seqlen_q + kMaxBwdBlockM - 1) / kMaxBwdBlockM * (kMaxBwdBlockM / kMinBwdBlockM);
 }
+// The staggered walk (dq_order.cuh) serves calls without a window: the kernels walk that way and
+// the op sizes the slices for it, from this one test of the normalized window (-1: unbounded).
+constexpr bool staggered_dq_walk(int64_t window_left, int64_t window_right) {
+  return window_left < 0 && window_right < 0;
+}
 // Each slice costs dq_accum's size again (twice q's bytes in fp16/bf16), so: staggered (the walk
 // without a window), one slice per lap, of which a query block has at most 1 + ceil(seqlen_k /
 // seqlen_q) when kBlockN >= kBlockM (DqTurn asserts it); the other walks, one slice up to 512 keys

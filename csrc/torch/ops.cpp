@@ -271,8 +271,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
       p.fwd.dropout.philox.offset_ptr = rng_state.data_ptr<int64_t>() + 1;
     }
     p.dq_accum_head_rows = flash::dq_accum_rows_per_head(varlen, batch, seqlen_q, rows_q);
-    const bool staggered = window_left < 0 && window_right < 0;  // dq_order.cuh's walk without a window
-    p.dq_slices = deterministic ? flash::dq_slice_count(seqlen_q, seqlen_k, staggered) : 1;
+    p.dq_slices = deterministic ? flash::dq_slice_count(seqlen_q, seqlen_k,
+                                                        flash::staggered_dq_walk(window_left, window_right))
+                                : 1;
     p.dq_slice_stride = heads * p.dq_accum_head_rows * kernel_hd;
     const auto dq_accum = at::empty({p.dq_slices * p.dq_slice_stride}, q.options().dtype(at::kFloat));
     const auto dsum = at::empty(lse.sizes(), q.options().dtype(at::kFloat));
