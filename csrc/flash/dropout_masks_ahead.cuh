@@ -25,14 +25,27 @@ struct DropoutMasksAhead {
   static_assert(kBlockN % kDropoutTileKeys == 0, "whole 32-key dropout tiles");
 
   // Draws the block whose first query is row0 (a multiple of 16, the block's first row warp) and
-  // first key col0 (a multiple of 32) into `slot`; `thread` of `threads` drawing threads.
+  // first key col0 (a multiple of 32) into `slot`; `thread` of `threads` drawing threads, each
+  // running kLockstep Philox calls at once: a call is a chain of dependent multiplies, so one call
+  // at a time leaves a drawing warp waiting on that chain's latency. Calls past the block's last
+  // are clamped to it (the same 16 bytes stored twice) rather than skipped: a guarded store lets
+  // the compiler move each call's whole chain under its own branch, one after the other (SASS).
+  template <int kLockstep>
   __device__ __forceinline__ static void draw(const Dropout& d, int row0, int col0, uint4* slot, int thread,
                                               int threads) {
-    for (int call = thread; call < kCalls; call += threads) {
-      const int lane = call % 32, row_warp = (call / 32) % kRowWarps, tile = call / (32 * kRowWarps);
-      const uint4 bytes =
-          d.tile_bytes(row0 / kDropoutTileQueries + row_warp, col0 / kDropoutTileKeys + tile, lane);
-      slot[call] = keep_byte_masks(bytes, d.keep_threshold);
+    for (int first = thread; first < kCalls; first += kLockstep * threads) {
+      uint4 counters[kLockstep];
+      int calls[kLockstep];
+#pragma unroll
+      for (int j = 0; j < kLockstep; ++j) {
+        const int call = min(first + j * threads, kCalls - 1);
+        const int lane = call % 32, row_warp = (call / 32) % kRowWarps, tile = call / (32 * kRowWarps);
+        calls[j] = call;
+        counters[j] = d.tile_counter(row0 / kDropoutTileQueries + row_warp, col0 / kDropoutTileKeys + tile, lane);
+      }
+      d.tile_bytes(counters);
+#pragma unroll
+      for (int j = 0; j < kLockstep; ++j) slot[calls[j]] = keep_byte_masks(counters[j], d.keep_threshold);
     }
   }
 
