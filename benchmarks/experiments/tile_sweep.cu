@@ -181,7 +181,7 @@ void sweep_fwd_ws(const char* name, const Problem& pb, const Buffers& b, bool fi
     return;
   }
   const float ms =
-      median_ms([&] { CUDA_OK(flash::launch_over_query_tiles<Cfg, false>(flash::fwd_kernel_sm90_ws<T, Cfg, false>, p.fwd, maps, 0)); });
+      median_ms([&] { CUDA_OK(flash::launch_over_query_tiles<Cfg>(flash::fwd_kernel_sm90_ws<T, Cfg, false>, p.fwd, maps, 0)); });
   const int64_t n = (int64_t)pb.batch * pb.seqlen * pb.heads * pb.headdim;
   auto out = download(b.out, n, false);
   if (first) reference_out = out;

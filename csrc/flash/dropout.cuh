@@ -175,37 +175,18 @@ __device__ __forceinline__ void drop_probs_fwd(float (&probs)[MT][NT][4], const 
     }
 }
 
-// 0xff for each byte of `word` below keep_threshold (kept), 0 for the others. Each byte x goes to
-// (255 + threshold - x) << 7 in a 16-bit half (a byte permute, then one multiply-add: at most
-// 511 << 7, never below 0, so no carry or borrow between halves), whose top bit is x < threshold;
-// half_sign_bytes gathers the four top bits as bytes.
-__device__ __forceinline__ uint32_t keep_byte_masks(uint32_t word, uint32_t keep_threshold) {
-  const uint32_t base = (255u + keep_threshold) * 128u * 0x10001u;
-  const uint32_t low = base - arch::byte_perm(word, 0u, 0x4140u) * 128u;   // x0 | x1 << 16
-  const uint32_t high = base - arch::byte_perm(word, 0u, 0x4342u) * 128u;  // x2 | x3 << 16
-  return arch::half_sign_bytes(low, high);
-}
-
-__device__ __forceinline__ uint4 keep_byte_masks(const uint4& bytes, uint32_t keep_threshold) {
-  return make_uint4(keep_byte_masks(bytes.x, keep_threshold), keep_byte_masks(bytes.y, keep_threshold),
-                    keep_byte_masks(bytes.z, keep_threshold), keep_byte_masks(bytes.w, keep_threshold));
-}
-
-// Forward, for kernels with asynchronous MMAs (sm90): the keep masks of the same fragment as
-// drop_probs_fwd, a byte per element (masks[mt][tile] word c byte r: element r of accumulator tile
-// (mt, 4 * tile + c), 0xff if kept). They do not depend on the scores: a kernel draws them while
-// its S MMAs run (dropout_keep_masks_fwd) or has spare warps draw them ahead into shared memory
-// (dropout_masks_ahead.cuh), and drop_packed_probs applies them to P once it is packed as MMA
-// operands.
+// Forward, for kernels with asynchronous MMAs (sm90): the random bytes of the same fragment as
+// drop_probs_fwd, kept as drawn (bytes[mt][tile] word c byte r: element r of accumulator tile
+// (mt, 4 * tile + c)). They do not depend on the scores, so the kernel draws them while its S MMAs
+// run, and drop_packed_probs applies them to P once it is packed as MMA operands.
 template <int MT, int NT>
-struct DropoutKeepMasks {
+struct DropoutBytes {
   static_assert(NT % 4 == 0, "whole 32-key dropout tiles");
-  uint4 masks[MT][NT / 4];
+  uint4 bytes[MT][NT / 4];
 };
 
 template <int MT, int NT>
-__device__ __forceinline__ DropoutKeepMasks<MT, NT> dropout_keep_masks_fwd(const Dropout& d, int row0, int col0,
-                                                                           int lane) {
+__device__ __forceinline__ DropoutBytes<MT, NT> dropout_bytes_fwd(const Dropout& d, int row0, int col0, int lane) {
   uint4 counters[MT * (NT / 4)];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -214,21 +195,28 @@ __device__ __forceinline__ DropoutKeepMasks<MT, NT> dropout_keep_masks_fwd(const
       counters[mt * (NT / 4) + tile] =
           d.tile_counter(row0 / kDropoutTileQueries + mt, col0 / kDropoutTileKeys + tile, lane);
   d.tile_bytes(counters);
-  DropoutKeepMasks<MT, NT> out;
+  DropoutBytes<MT, NT> out;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int tile = 0; tile < NT / 4; ++tile)
-      out.masks[mt][tile] = keep_byte_masks(counters[mt * (NT / 4) + tile], d.keep_threshold);
+    for (int tile = 0; tile < NT / 4; ++tile) out.bytes[mt][tile] = counters[mt * (NT / 4) + tile];
   return out;
 }
 
+// 0xffff in each 16-bit half whose element is dropped, for the elements of bytes `first` and
+// first + 1 of `word` (low half: byte `first`). Each byte x goes to (x + 256 - threshold) << 7 in
+// its half (a byte permute, then one multiply-add: at most 511 << 7, so no carry between halves),
+// whose top bit is x >= threshold; half_sign_masks spreads that bit over the half.
+__device__ __forceinline__ uint32_t dropped_pair_mask(uint32_t word, int first, uint32_t keep_threshold) {
+  const uint32_t spread = arch::byte_perm(word, 0u, first == 0 ? 0x4140u : 0x4342u);  // x0 | x1 << 16
+  return arch::half_sign_masks(spread * 128u + (256u - keep_threshold) * 128u * 0x10001u);
+}
+
 // Zeroes the dropped probabilities of P packed as MMA A operands (accumulators_to_a_fragments of
-// the fragment the masks are for): a byte permute spreads two mask bytes over the two 16-bit
-// halves of a register, then one AND.
+// the fragment `bytes` was drawn for): two elements per AND.
 template <int MT, int NT>
-__device__ __forceinline__ void drop_packed_probs(uint32_t (&probs)[MT][NT / 2][4],
-                                                  const DropoutKeepMasks<MT, NT>& keep) {
+__device__ __forceinline__ void drop_packed_probs(uint32_t (&probs)[MT][NT / 2][4], const DropoutBytes<MT, NT>& bytes,
+                                                  uint32_t keep_threshold) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -236,9 +224,9 @@ __device__ __forceinline__ void drop_packed_probs(uint32_t (&probs)[MT][NT / 2][
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int nt = 2 * ks + half;  // accumulator tile; elements (0, 1) and (2, 3) are two registers
-        const uint32_t word = word_of(keep.masks[mt][nt / 4], nt % 4);
-        probs[mt][ks][2 * half] &= arch::byte_perm(word, 0u, 0x1100u);
-        probs[mt][ks][2 * half + 1] &= arch::byte_perm(word, 0u, 0x3322u);
+        const uint32_t word = word_of(bytes.bytes[mt][nt / 4], nt % 4);
+        probs[mt][ks][2 * half] &= ~dropped_pair_mask(word, 0, keep_threshold);
+        probs[mt][ks][2 * half + 1] &= ~dropped_pair_mask(word, 2, keep_threshold);
       }
 }
 

@@ -6,7 +6,7 @@
 //      its dropped entries there, two per instruction)
 //   2. issues S[i] = Q.K[i]^T                (64 queries x kBlockN, A and B from shared memory)
 //   3. issues O += P[i-1].V[i-1]              (A = P in registers)
-//   4. draws dropout's keep masks of block i (they do not depend on S) while S[i] runs, then
+//   4. draws dropout's random bytes of block i (they do not depend on S) while S[i] runs, then
 //      waits for S[i] only, and runs the logits (score modifiers, mask) and the online softmax of
 //      block i while step 3 still runs on the tensor core.
 // So the exponentials of one block overlap the P.V MMAs of the previous one, and P never leaves
@@ -110,7 +110,7 @@ struct Sm90ForwardRows {
   float scores[1][kScoreNT][4];             // S rows of this warp (16 x kBlockN), then P until converted
   float rescale[1][2];                      // O's pending rescale from the latest softmax
   uint32_t probs[1][Cfg::kBlockN / 16][4];  // P of the previous block, the A operand of its P.V
-  DropoutKeepMasks<1, kScoreNT> keep;       // dropout's keep masks of the latest block
+  DropoutBytes<1, kScoreNT> drop_bytes;     // dropout's random bytes of the latest block
 
   __device__ __forceinline__ void init() {
     arch::zero_accumulators(acc);
@@ -132,7 +132,7 @@ struct Sm90ForwardRows {
   __device__ __forceinline__ void convert(const Dropout& dropout) {
     OnlineSoftmax<1>::rescale_output(acc, rescale);
     arch::accumulators_to_a_fragments<T>(probs, scores);
-    if (dropout.enabled) drop_packed_probs(probs, keep);
+    if (dropout.enabled) drop_packed_probs(probs, drop_bytes, dropout.keep_threshold);
   }
 
   // Waits until at most kPending wgmma groups run: S of the latest block is done.
@@ -226,9 +226,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
     load_kv_tile_sm90<Cfg>(s.v(i % 3), v, p.v.row_stride, n_block, seqlen_k, headdim, tid);
     arch::cp_async_commit();
 
-    // Dropout's keep masks do not depend on S: drawn here, while S's MMAs run.
+    // Dropout's random bytes do not depend on S: drawn here, while S's MMAs run.
     if (dropout.enabled)
-      rows.keep = dropout_keep_masks_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+      rows.drop_bytes = dropout_bytes_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
     rows.scores_to_probs(p, mask, mod, m0, rows_q, warp_row0, n_block, lane);
   };

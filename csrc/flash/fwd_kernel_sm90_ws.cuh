@@ -29,7 +29,6 @@
 #include "arch/sm90_wgmma.cuh"
 #include "common.cuh"
 #include "dropout.cuh"
-#include "dropout_masks_ahead.cuh"
 #include "fragment_scores.cuh"
 #include "fwd_kernel_sm90.cuh"
 #include "fwd_query_block.cuh"
@@ -52,38 +51,16 @@ struct FwdWsConfig {
   // (FA3's split: 24 / 240 with two consumers, 32 / 160 with three).
   static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
-  // The extras kernel's drawing warps (below) run kMaskLockstep Philox calls at once; with two
-  // consumers the producer warpgroup then needs 56 registers not to spill in that loop (ptxas,
-  // sm_90a), which the consumers give up (224: their main loop still has no local loads or stores).
-  static constexpr int producer_regs(bool extras) { return extras && kConsumers == 2 ? 56 : kProducerRegs; }
-  static constexpr int consumer_regs(bool extras) { return extras && kConsumers == 2 ? 224 : kConsumerRegs; }
-  static_assert(producer_regs(true) * arch::kWarpgroupThreads +
-                        consumer_regs(true) * kConsumers * arch::kWarpgroupThreads <= 65536 &&
-                    kProducerRegs * arch::kWarpgroupThreads + kConsumerRegs * kConsumers * arch::kWarpgroupThreads <=
-                        65536,
+  static_assert(kProducerRegs * arch::kWarpgroupThreads + kConsumerRegs * kConsumers * arch::kWarpgroupThreads <=
+                    65536,
                 "register file");
   using QTile = arch::SwizzledTile<kBlockM, kHeadDim>;
   using KVTile = arch::SwizzledTile<kBlockN, kHeadDim>;
-  // Dropout's keep masks, drawn ahead by the producer warpgroup's warps 1-3 (warp 0 issues the
-  // TMA loads) into a ring of two block slots: the drawing warps may run one block ahead.
-  using Masks = DropoutMasksAhead<kBlockM / 16, kBlockN>;
-  static constexpr int kMaskSlots = 2;
-  // A Philox call is a chain of dependent multiplies: one call at a time per drawing thread kept
-  // the drawing warps behind the math warps (v12: +62% forward time with dropout, against +41%
-  // with the math lanes drawing their own).
-  static constexpr int kMaskLockstep = kConsumers == 2 ? 4 : 2;
-  static constexpr int kMaskDrawThreads = arch::kWarpgroupThreads - arch::kWarpSize;
   static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, a QTile
   static constexpr int kBarrierOffset = kOOffset + QTile::kBytes;
-  // Q full / empty; K full / empty; V full / empty; dropout masks full / empty.
-  static constexpr int kBarriers = 2 + 4 * kStages + 2 * kMaskSlots;
+  static constexpr int kBarriers = 2 + 4 * kStages;  // Q full / empty; K full / empty; V full / empty
   static constexpr int kConsumerThreads = kConsumers * arch::kWarpgroupThreads;
-  static constexpr int kMaskOffset = (kBarrierOffset + kBarriers * 8 + 127) / 128 * 128;
-  // Only the extras kernel, which serves dropout, reserves the mask slots (32 KB at hd 128: with
-  // them the CTA takes 224 of the 227 KB).
-  static constexpr int smem_bytes(bool extras) {
-    return extras ? kMaskOffset + kMaskSlots * Masks::kSlotBytes : kBarrierOffset + kBarriers * 8;
-  }
+  static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
   static_assert(kBlockN % 16 == 0 && kHeadDim % 64 == 0, "whole wgmma k-steps and 64-column TMA boxes");
   static_assert(kBlockM <= 256 && kBlockN <= 256, "TMA boxes hold at most 256 rows");
 };
@@ -106,14 +83,6 @@ struct FwdWsSmem {
   __device__ __forceinline__ uint64_t* k_empty(int slot) const { return barrier(2 + Cfg::kStages + slot); }
   __device__ __forceinline__ uint64_t* v_full(int slot) const { return barrier(2 + 2 * Cfg::kStages + slot); }
   __device__ __forceinline__ uint64_t* v_empty(int slot) const { return barrier(2 + 3 * Cfg::kStages + slot); }
-  __device__ __forceinline__ uint64_t* masks_full(int slot) const { return barrier(2 + 4 * Cfg::kStages + slot); }
-  __device__ __forceinline__ uint64_t* masks_empty(int slot) const {
-    return barrier(2 + 4 * Cfg::kStages + Cfg::kMaskSlots + slot);
-  }
-  // Only in the extras kernel's shared memory (Cfg::smem_bytes).
-  __device__ __forceinline__ uint4* masks(int slot) const {
-    return reinterpret_cast<uint4*>(base + Cfg::kMaskOffset + slot * Cfg::Masks::kSlotBytes);
-  }
 
   // One thread, before any other touches them.
   __device__ __forceinline__ void init_barriers() const {
@@ -124,10 +93,6 @@ struct FwdWsSmem {
       arch::mbarrier_init(v_full(slot), 1);
       arch::mbarrier_init(k_empty(slot), Cfg::kConsumers);  // one arrival per consumer warpgroup
       arch::mbarrier_init(v_empty(slot), Cfg::kConsumers);
-    }
-    for (int slot = 0; slot < Cfg::kMaskSlots; ++slot) {
-      arch::mbarrier_init(masks_full(slot), Cfg::kMaskDrawThreads);  // every drawing thread, its own stores
-      arch::mbarrier_init(masks_empty(slot), Cfg::kConsumerThreads);  // every math thread, after its loads
     }
     arch::fence_mbarrier_init();
   }
@@ -178,27 +143,6 @@ __device__ __forceinline__ void produce_fwd_tile(const FwdWsSmem<Cfg>& s, const 
   }
 }
 
-// Whether the drawing warps run: the condition under which Dropout::of enables dropout.
-template <bool kExtras>
-__device__ __forceinline__ bool masks_drawn_ahead(const FwdParams& p) {
-  return kExtras && kDropoutCompiled && p.dropout.keep_prob < 1.f;
-}
-
-// The drawing warps, per tile: the keep masks of each key block in walk order into the mask ring
-// (positions counted like the K ring's), each slot once its previous block's masks were read.
-template <typename Cfg, typename QueryBlock>
-__device__ __forceinline__ void draw_fwd_tile_masks(const FwdWsSmem<Cfg>& s, const Dropout& dropout,
-                                                    const QueryBlock& qb, int ring, int draw_thread) {
-  const int n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
-  for (int i = 0; i < n_blocks; ++i) {
-    const RingPosition<Cfg::kMaskSlots> at(ring + i);
-    arch::mbarrier_wait_parity(s.masks_empty(at.slot), at.parity ^ 1);
-    Cfg::Masks::template draw<Cfg::kMaskLockstep>(dropout, qb.m0, (n_last - i) * Cfg::kBlockN, s.masks(at.slot), draw_thread,
-                     Cfg::kMaskDrawThreads);
-    arch::mbarrier_arrive(s.masks_full(at.slot));
-  }
-}
-
 // The consumers take turns at issuing their MMAs: warpgroup c waits on named barrier 1 + c, which
 // warpgroup c - 1 (cyclically) arrives on once it has issued. Every warpgroup of a CTA runs the
 // same number of rounds (the same tiles); the last one's arrive at `start` lets warpgroup 0 begin,
@@ -229,7 +173,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
                                                  const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid,
                                                  int ring, uint32_t tile_parity) {
   constexpr int kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim, kStages = Cfg::kStages;
-  constexpr int kHeadNT = kHeadDim / 8;
+  constexpr int kScoreNT = kBlockN / 8, kHeadNT = kHeadDim / 8;
   const int lane = group_tid % arch::kWarpSize, warp_in_group = group_tid / arch::kWarpSize;
   const bool releases = group_tid == 0;  // the thread that hands this warpgroup's slots back
   const int m0 = qb.m0, rows_q = qb.rows_q;
@@ -242,17 +186,10 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
 
   Sm90ForwardRows<T, Cfg> rows;
   rows.init();
-  // At step i: retires P.V[i-2] and hands its V slot back, then converts P[i-1] (with dropout, its
-  // keep masks are read here, just before their use, so that they are not live over a softmax).
+  // At step i: retires P.V[i-2] and hands its V slot back, then converts P[i-1].
   auto retire_and_convert = [&](int i) {
     rows.retire();
     if (releases && i >= 2) arch::mbarrier_arrive(s.v_empty(RingPosition<kStages>(ring + i - 2).slot));
-    if (dropout.enabled) {
-      const RingPosition<Cfg::kMaskSlots> masks_at(ring + i - 1);
-      arch::mbarrier_wait_parity(s.masks_full(masks_at.slot), masks_at.parity);
-      rows.keep = Cfg::Masks::load(s.masks(masks_at.slot), warp_row0 / 16, lane);
-      arch::mbarrier_arrive(s.masks_empty(masks_at.slot));
-    }
     rows.convert(dropout);
   };
 
@@ -274,6 +211,8 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
     if constexpr (!kFirst)
       issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(RingPosition<kStages>(ring + i - 1).slot));
     turns.pass();
+    if (dropout.enabled)
+      rows.drop_bytes = dropout_bytes_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
     if (releases) {
       arch::mbarrier_arrive(s.k_empty(at.slot));
@@ -326,23 +265,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   int ring = 0;
   uint32_t tile_parity = 0;
   if (warpgroup == 0) {
-    arch::release_registers_to<Cfg::producer_regs(kExtras)>();
-    const bool loads = tid == 0, draws = tid >= arch::kWarpSize && masks_drawn_ahead<kExtras>(p);
-    if (!loads && !draws) return;
+    arch::release_registers_to<Cfg::kProducerRegs>();
+    if (tid != 0) return;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const QueryTileCoord at = walk.template locate<kExtras>(p, order, tile);
       if (!at.valid()) break;
       const auto qb = QueryBlock::template at<kExtras>(p, at.m_block, at.head, at.batch);
       if (qb.rows_q <= 0 || qb.key_blocks() == 0) continue;
-      if (loads) produce_fwd_tile<Cfg>(s, maps, qb, ring, tile_parity);
-      if constexpr (kExtras)
-        if (draws) draw_fwd_tile_masks<Cfg>(s, qb.template dropout<kExtras>(p), qb, ring, tid - arch::kWarpSize);
+      produce_fwd_tile<Cfg>(s, maps, qb, ring, tile_parity);
       ring += qb.key_blocks();
       tile_parity ^= 1;
     }
     return;
   }
-  arch::claim_registers_to<Cfg::consumer_regs(kExtras)>();
+  arch::claim_registers_to<Cfg::kConsumerRegs>();
   const WarpgroupTurns<Cfg::kConsumers> turns{warpgroup - 1};
   turns.start();
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {

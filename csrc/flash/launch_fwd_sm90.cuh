@@ -89,12 +89,10 @@ bool warp_specialized_fwd_chosen(const FwdParams& p) {
 // and epilogue; uneven tiles (causal, window) in the heaviest-first order, so that the strides
 // finish together. FLASH_ATTN_SM90_FWD_GRID=tiles gives one CTA per tile instead (tests, A/B
 // measurements): the hardware hands them out as SMs free up.
-template <typename Cfg, bool kExtras, typename Kernel>
+template <typename Cfg, typename Kernel>
 cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, const FwdTensorMaps& maps,
                                     cudaStream_t stream) {
-  constexpr int kSmemBytes = Cfg::smem_bytes(kExtras);
-  static_assert(kSmemBytes <= 227 * 1024, "Hopper's dynamic shared memory per CTA");
-  cudaError_t err = allow_dynamic_smem(kernel, kSmemBytes);
+  cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const bool varlen = params.varlen.cu_seqlens_q != nullptr;
   const bool uneven = params.window.left >= 0 || params.window.right >= 0;
@@ -109,7 +107,7 @@ cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, cons
     if (err != cudaSuccess) return err;
     grid = std::min(tiles, sms);
   }
-  kernel<<<grid, Cfg::kThreads, kSmemBytes, stream>>>(params, maps, order);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params, maps, order);
   return cudaGetLastError();
 }
 
@@ -138,7 +136,7 @@ cudaError_t try_run_fwd_sm90_ws(const FwdParams& params, cudaStream_t stream, bo
     if (!warp_specialized_fwd_chosen<kHeadDim>(params)) return cudaSuccess;
     if (!make_fwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
     launched = true;
-    return launch_over_query_tiles<Cfg, kExtras>(fwd_kernel_sm90_ws<T, Cfg, kExtras>, params, maps, stream);
+    return launch_over_query_tiles<Cfg>(fwd_kernel_sm90_ws<T, Cfg, kExtras>, params, maps, stream);
   }
   return cudaSuccess;
 }

@@ -28,7 +28,7 @@
 //                       because a kernel must say which atom its fragments come from.
 //   warp_sync           wave barrier with LDS fences.
 //   exp2_approx, log2_approx, reciprocal_approx   v_exp_f32, v_log_f32, v_rcp_f32.
-//   half_sign_bytes, atomic_add_pair, wait_until_equal, release_store   same meaning (no vector fp32
+//   half_sign_masks, atomic_add_pair, wait_until_equal, release_store   same meaning (no vector fp32
 //                       atomic: two atomicAdd; agent-scope acquire / release atomics);
 //                       mul_hi_lo and byte_perm are arch.cuh's, shared by both layers.
 //   smem_address        not needed: LDS pointers are 32-bit address space 3 pointers.
@@ -253,11 +253,9 @@ __device__ __forceinline__ float log2_approx(float x) {
 
 __device__ __forceinline__ float reciprocal_approx(float x) { return __builtin_amdgcn_rcpf(x); }
 
-// One byte per 16-bit half of low and high, in the order low's halves then high's: 0xff where the
-// half's top bit is set, else 0.
-__device__ __forceinline__ uint32_t half_sign_bytes(uint32_t low, uint32_t high) {
-  return ((low & 0x8000u) ? 0xffu : 0u) | ((low & 0x80000000u) ? 0xff00u : 0u) |
-         ((high & 0x8000u) ? 0xff0000u : 0u) | ((high & 0x80000000u) ? 0xff000000u : 0u);
+// 0xffff in each 16-bit half of v whose top bit (bit 15 or 31) is set, else 0.
+__device__ __forceinline__ uint32_t half_sign_masks(uint32_t v) {
+  return ((v & 0x8000u) ? 0xffffu : 0u) | ((v & 0x80000000u) ? 0xffff0000u : 0u);
 }
 
 // dst[0] += a, dst[1] += b. CDNA has no packed fp32 atomic add: two scalar ones (hardware atomics

@@ -199,11 +199,10 @@ __device__ __forceinline__ float reciprocal_approx(float x) {
   return y;
 }
 
-// One byte per 16-bit half of low and high, in the order low's halves then high's: 0xff where the
-// half's top bit is set, else 0 (one PRMT in its sign-replicating mode).
-__device__ __forceinline__ uint32_t half_sign_bytes(uint32_t low, uint32_t high) {
+// 0xffff in each 16-bit half of v whose top bit (bit 15 or 31) is set, else 0 (PRMT's sign mode).
+__device__ __forceinline__ uint32_t half_sign_masks(uint32_t v) {
   uint32_t out;
-  asm("prmt.b32 %0, %1, %2, 0xFDB9;\n" : "=r"(out) : "r"(low), "r"(high));
+  asm("prmt.b32 %0, %1, 0, 0xBB99;\n" : "=r"(out) : "r"(v));
   return out;
 }
 
