@@ -2,39 +2,17 @@
 so that switching is a change of import.
 
 Dense tensors are (batch, seqlen, nheads, headdim), varlen ones (total_tokens, nheads, headdim)
-with cu_seqlens; float16 or bfloat16, and float32 (flash_attn_with_kvcache: float16 or bfloat16).
+with cu_seqlens; float16, bfloat16 or float32.
 CUDA tensors run our kernels (sm80 or newer), float32 ones the Triton backend (flash_attn/triton;
-FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE sends every call there); CPU tensors run the exact chunked
+FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE sends every call there; backend.py chooses); CPU tensors run the exact chunked
 fp32 reference, which is correct but slow.
 """
 
-import os
-
-import torch
-
-from . import ops  # noqa: F401 - importing it defines torch.ops.flash_attn.fwd / bwd
-from . import paged_prefill, validation
+from . import backend, paged_prefill, validation
 from .attention_probs import dropout_attention_probs
 from .headdim import pad_headdim, padded_headdim, unpad_headdim
 from .reference import normalize_window
 
-try:  # the Triton backend and its ops (flash_attn/triton/ops.py), where triton is installed
-    from .triton import ops as triton_ops
-except ImportError:
-    triton_ops = None
-
-
-def _forward_op(q):
-    """The fwd op that serves q: the Triton backend's where flash_attn/triton/ops.py chooses it, else
-    the CUDA kernels' or the CPU path's."""
-    if triton_ops is not None and triton_ops.uses_triton(q):
-        return torch.ops.flash_attn.triton_fwd.default
-    if triton_ops is None and os.environ.get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE":
-        raise RuntimeError("flash_attn: FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE needs triton, which is not installed")
-    if q.is_cuda and q.dtype == torch.float32:
-        raise TypeError("flash_attn: float32 CUDA tensors run the Triton backend, and triton is not installed; "
-                        "use float16 or bfloat16, or install triton")
-    return torch.ops.flash_attn.fwd.default
 
 def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                deterministic, return_attn_probs):
@@ -54,7 +32,7 @@ def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, s
     window_left, window_right = normalize_window(window_size, causal, seqlen_k)
     headdim_padded = padded_headdim(headdim)
     q, k, v = (pad_headdim(t, headdim_padded) for t in (q, k, v))
-    out, softmax_lse, rng_state = _forward_op(q)(
+    out, softmax_lse, rng_state = backend.op_for(q, "fwd")(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(dropout_p), float(softmax_scale),
         window_left, window_right, float(softcap), alibi_slopes, deterministic)
     out = unpad_headdim(out, headdim)

@@ -2,13 +2,14 @@
 
 CUDA tensors run our kernels: an append kernel (new tokens into the cache, rotary applied), a
 split-KV decode kernel (query heads of a KV head packed into one tile, the keys split across CTAs,
-contiguous or paged caches) and a combine kernel. CPU tensors run reference_kvcache.py.
+contiguous or paged caches) and a combine kernel. float32 CUDA tensors, and every call with
+FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, run the Triton backend's (flash_attn/triton/kvcache.py;
+backend.py chooses). CPU tensors run reference_kvcache.py.
 """
 
 import torch
 
-from . import ops  # noqa: F401 - importing it defines torch.ops.flash_attn.fwd_kvcache
-from . import validation, validation_kvcache
+from . import backend, validation, validation_kvcache
 from .headdim import pad_headdim, padded_headdim
 from .reference import normalize_window
 from .reference_kvcache import cache_capacity
@@ -61,7 +62,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         for t in (cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin))
     headdim_padded = padded_headdim(headdim)
     q_op, k_cache_op, v_cache_op, k_op, v_op = (pad_headdim(t, headdim_padded) for t in (q, k_cache, v_cache, k, v))
-    out, softmax_lse = torch.ops.flash_attn.fwd_kvcache.default(
+    out, softmax_lse = backend.op_for(q, "fwd_kvcache")(
         q_op, k_cache_op, v_cache_op, k_op, v_op, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, float(softmax_scale), window_left, window_right, float(softcap),
         bool(rotary_interleaved), alibi_slopes, int(num_splits))

@@ -56,13 +56,14 @@ torch.library.define(
     "(Tensor rng_state, int batch, int heads, int seqlen_q, int seqlen_k, float dropout_p) -> Tensor",
 )
 
-torch.library.define(
-    "flash_attn::fwd_kvcache",
+# fwd_kvcache's, shared with the Triton backend's flash_attn::triton_fwd_kvcache.
+FWD_KVCACHE_SCHEMA = (
     "(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, Tensor? rotary_cos, "
     "Tensor? rotary_sin, Tensor cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table, "
     "float softmax_scale, int window_left, int window_right, float softcap, bool rotary_interleaved, "
-    "Tensor? alibi_slopes, int num_splits) -> (Tensor, Tensor)",
+    "Tensor? alibi_slopes, int num_splits) -> (Tensor, Tensor)"
 )
+torch.library.define("flash_attn::fwd_kvcache", FWD_KVCACHE_SCHEMA)
 
 try:  # registers the CUDA implementations of the ops above
     from . import _C as _cuda_extension
@@ -157,7 +158,7 @@ def _fwd_kvcache_cpu(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_se
 
 
 @torch.library.register_fake("flash_attn::fwd_kvcache")
-def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+def fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                       cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
                       rotary_interleaved, alibi_slopes, num_splits):
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)

@@ -13,8 +13,7 @@ built on the device from cu_seqlens.
 
 import torch
 
-from . import ops  # noqa: F401 - defines torch.ops.flash_attn.fwd_kvcache
-from . import validation, validation_kvcache
+from . import backend, validation, validation_kvcache
 
 
 def _padded_rows(cu_seqlens_q, max_seqlen_q, total_q):
@@ -49,7 +48,7 @@ def paged_varlen_forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_se
     rows, valid = _padded_rows(cu_seqlens_q, max_seqlen_q, total_q)
     q_padded = torch.where(valid.view(*valid.shape, 1, 1), q[rows], 0)
     lengths_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
-    out_padded, lse_padded = torch.ops.flash_attn.fwd_kvcache(
+    out_padded, lse_padded = backend.op_for(q, "fwd_kvcache")(
         q_padded, k_cache, v_cache, None, None, None, None, lengths_k, None, None, block_table, softmax_scale,
         window[0], window[1], softcap, False, alibi_slopes, 0)
     # Scatter the valid slots back; the padding slots land in a spare last row.

@@ -4,7 +4,7 @@ kernels clamp them so that no value makes them touch memory outside the cache.""
 
 import torch
 
-from .validation import (MAX_HEADDIM, SUPPORTED_DTYPES, check_cuda_capability, check_last_dim_contiguous,
+from .validation import (ATTENTION_DTYPES, MAX_HEADDIM, check_cuda_capability, check_last_dim_contiguous,
                          check_like_q, check_tensor, check_typed_tensor)
 
 PAGE_MULTIPLE = 16
@@ -19,8 +19,8 @@ def check_kvcache_tensors(q, k_cache, v_cache, k, v, block_table, cache_names=("
         "(batch_cache, seqlen_cache, nheads_k, headdim)"
     check_tensor(k_name, k_cache, 4, cache_dims)
     check_tensor(v_name, v_cache, 4, cache_dims)
-    if q.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"flash_attn: q has dtype {q.dtype}; supported dtypes are float16 and bfloat16")
+    if q.dtype not in ATTENTION_DTYPES:  # float32: the Triton backend on CUDA, the reference on CPU
+        raise TypeError(f"flash_attn: q has dtype {q.dtype}; supported dtypes are float16, bfloat16 and float32")
     check_last_dim_contiguous("q", q)
     check_like_q(k_name, k_cache, q)
     check_like_q(v_name, v_cache, q)

@@ -6,7 +6,7 @@ cache_batch_idx when asked) or a paged one (pages in a random order through bloc
 cache_seqlens and leftpad drawn per batch entry, rotary tables of random angles. Ours runs on the
 given device; the reference runs reference_kvcache's append on CPU copies, and the cache after our
 append must equal it exactly. Out and lse are judged by the tolerance rule (helpers.py) per batch
-entry, with ref = attention_ref in fp32 and pt = the same in the inputs' dtype, both over the keys
+entry, with ref = attention_ref in fp32 (fp64 for fp32 inputs) and pt = the same in the inputs' dtype, both over the keys
 the reference says the entry attends to and q rotated as the reference rotates it.
 """
 
@@ -139,9 +139,10 @@ def check_kvcache(c: KvCase, device, seed=0):
                                  f"{tuple(differ.nonzero()[0].tolist())})"
     assert out.shape == x.q.shape and lse.shape == (c.batch, c.nheads, c.seqlen_q)
     window = normalize_window(c.window_size, c.causal, rk.cache_capacity(x.k_cache, x.block_table))
+    compute_dtype = torch.float64 if c.dtype == torch.float32 else torch.float32  # fp32 inputs: fp64 reference
     for b, append_at in enumerate(starts):
-        ref = reference_entry(c, ref_inputs, b, append_at, window, torch.float32, True)
-        pt = reference_entry(c, ref_inputs, b, append_at, window, torch.float32, False)
+        ref = reference_entry(c, ref_inputs, b, append_at, window, compute_dtype, True)
+        pt = reference_entry(c, ref_inputs, b, append_at, window, compute_dtype, False)
         assert_fa_close(f"out[{b}]", out[b].cpu(), ref[0], pt[0], OUT_FACTOR)
         assert_fa_close(f"lse[{b}]", lse[b].cpu(), ref[1], pt[1], OUT_FACTOR)
     return out, lse

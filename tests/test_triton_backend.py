@@ -193,3 +193,67 @@ def test_switch_with_dropout_returns_the_mask_it_used(monkeypatch):
     dout = torch.randn_like(q)
     assert_matches_reference(Results(out, lse, None, None, None), q, k, v, dout, False, None, torch.float64,
                              dropout_p=0.25, dropout_mask=keep)
+
+
+# flash_attn_with_kvcache through the switch: the Triton append and split-KV kernels
+# (flash_attn/triton/kvcache.py) against reference_kvcache with kvcache_checks.check_kvcache (the cache
+# after the append compared exactly, out and lse by the tolerance rule). Small caches: the
+# interpreter runs every program in Python.
+KVCACHE_CASES = {
+    "decode": dict(),
+    "no_new_tokens": dict(seqlen_new=0),
+    "append_rotary_interleaved": dict(seqlen_q=3, seqlen_new=3, rotary_dim=16, causal=True),
+    "rotary_halves_noncausal": dict(seqlen_q=2, seqlen_new=1, rotary_dim=32, rotary_interleaved=False),
+    "paged": dict(page_size=16, seqlen_new=2, seqlen_q=2, causal=True, rotary_dim=16, leftpad=True),
+    "batch_idx_window": dict(batch_idx=True, seqlen_q=4, seqlen_new=4, window_size=(20, 0)),
+    "softcap_alibi_mqa": dict(softcap=10.0, alibi=True, nheads=4, nheads_k=1, seqlen_q=2, seqlen_new=2,
+                              causal=True),
+    "full_cache_headdim_40": dict(full_cache=True, seqlen_new=3, seqlen_q=3, causal=True, headdim=40),
+}
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 0])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("name", KVCACHE_CASES)
+def test_triton_kvcache(monkeypatch, name, dtype, num_splits):
+    from kvcache_checks import KvCase, check_kvcache
+
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+    calls = []
+    real = triton_backend.kvcache.forward_kvcache
+    monkeypatch.setattr(triton_backend.kvcache, "forward_kvcache", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    case = KvCase(**{"batch": 2, "nheads": 4, "nheads_k": 2, "headdim": 32, "capacity": 100, "dtype": dtype,
+                     "num_splits": num_splits, **KVCACHE_CASES[name]})
+    check_kvcache(case, DEVICE)
+    assert calls
+
+
+def test_triton_kvcache_metadata_out_of_range(monkeypatch):
+    """cache_seqlens past the capacity and negative, block_table entries past the pool and negative,
+    leftpad past the end: clamped as reference_kvcache clamps them (the cache after the append and
+    the outputs agree with it), nothing written outside the cache."""
+    from kvcache_checks import KvCase, make_inputs, run_ours
+    from flash_attn import reference_kvcache as rk
+    from flash_attn.reference import normalize_window
+
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+    case = KvCase(batch=3, nheads=2, nheads_k=1, headdim=16, capacity=64, page_size=16, seqlen_q=2, seqlen_new=2,
+                  leftpad=True, dtype=torch.float32, num_splits=2)
+    x = make_inputs(case)
+    x.cache_seqlens = torch.tensor([1000, -5, 63], dtype=torch.int32)
+    x.cache_leftpad = torch.tensor([7, 3, 500], dtype=torch.int32)
+    x.block_table[0, 1], x.block_table[1, 0] = 10_000, -3
+    ours = x.to(DEVICE)
+    out, lse = run_ours(case, ours)
+    ref = x.to("cpu")
+    window = normalize_window(case.window_size, case.causal, 64)
+    ref_out, ref_lse = rk.forward_kvcache(ref.q, ref.k_cache, ref.v_cache, ref.k, ref.v, None, None, ref.cache_seqlens,
+                                          None, ref.cache_leftpad, ref.block_table, 16 ** -0.5, window, 0.0, True,
+                                          None)
+    assert torch.equal(ours.k_cache.cpu(), ref.k_cache) and torch.equal(ours.v_cache.cpu(), ref.v_cache)
+    torch.testing.assert_close(out.cpu(), ref_out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse.cpu(), ref_lse, atol=1e-5, rtol=1e-5)

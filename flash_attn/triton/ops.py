@@ -1,6 +1,7 @@
-"""The Triton backend as torch.library ops with flash_attn::fwd / bwd's schemas (flash_attn/ops.py):
-flash_attn::triton_fwd and flash_attn::triton_bwd, with the same fake kernels and autograd formula,
-so that the public functions reach it through the dispatcher and torch.compile traces it.
+"""The Triton backend as torch.library ops with flash_attn::fwd / bwd / fwd_kvcache's schemas
+(flash_attn/ops.py): flash_attn::triton_fwd, triton_bwd and triton_fwd_kvcache, with the same fake
+kernels and autograd formula, so that the public functions reach it through the dispatcher
+(flash_attn/backend.py chooses) and torch.compile traces it.
 
 The public functions choose it (`uses_triton`): for every call when FLASH_ATTENTION_TRITON_AMD_ENABLE
 is "TRUE" (FlashAttention's switch for its Triton backend), and for float32 CUDA tensors otherwise
@@ -13,10 +14,11 @@ import os
 import torch
 
 from .. import ops as flash_ops
-from . import attention
+from . import attention, kvcache
 
 torch.library.define("flash_attn::triton_fwd", flash_ops.FWD_SCHEMA)
 torch.library.define("flash_attn::triton_bwd", flash_ops.BWD_SCHEMA)
+torch.library.define("flash_attn::triton_fwd_kvcache", flash_ops.FWD_KVCACHE_SCHEMA)
 
 
 def _window_and_options(window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -54,7 +56,17 @@ def _triton_bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_
         dropout_p, rng_state))
 
 
+@torch.library.impl("flash_attn::triton_fwd_kvcache", "CompositeExplicitAutograd")
+def _triton_fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                        cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
+                        rotary_interleaved, alibi_slopes, num_splits):
+    return kvcache.forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                                   cache_leftpad, block_table, softmax_scale, (window_left, window_right), softcap,
+                                   rotary_interleaved, alibi_slopes, num_splits)
+
+
 torch.library.register_fake("flash_attn::triton_fwd")(flash_ops.fwd_fake)
+torch.library.register_fake("flash_attn::triton_fwd_kvcache")(flash_ops.fwd_kvcache_fake)
 torch.library.register_fake("flash_attn::triton_bwd")(flash_ops.bwd_fake)
 torch.library.register_autograd("flash_attn::triton_fwd", flash_ops.backward_through(torch.ops.flash_attn.triton_bwd),
                                 setup_context=flash_ops.fwd_setup_context)
