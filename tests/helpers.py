@@ -39,7 +39,7 @@ def fp32_rounding_floor(ref):
     if r.numel() == 0:
         return 0.0
     top = torch.clamp(r.abs().max(), min=0.3)
-    return (torch.nextafter(top, torch.tensor(float("inf"))) - top).item()
+    return (torch.nextafter(top, torch.full_like(top, float("inf"))) - top).item()
 
 
 def grad_floor(q, k, v, dout, softmax_scale):
