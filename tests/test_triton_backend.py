@@ -257,3 +257,19 @@ def test_triton_kvcache_metadata_out_of_range(monkeypatch):
     assert torch.equal(ours.k_cache.cpu(), ref.k_cache) and torch.equal(ours.v_cache.cpu(), ref.v_cache)
     torch.testing.assert_close(out.cpu(), ref_out, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lse.cpu(), ref_lse, atol=1e-5, rtol=1e-5)
+
+
+def test_triton_paged_varlen(monkeypatch):
+    """flash_attn_varlen_func with block_table through the switch: the paged prefill runs the Triton
+    kvcache kernels (counted), against attention_ref per sequence (kvcache_checks.check_paged_varlen)."""
+    from kvcache_checks import check_paged_varlen
+
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+    calls = []
+    real = triton_backend.kvcache.forward_kvcache
+    monkeypatch.setattr(triton_backend.kvcache, "forward_kvcache", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    check_paged_varlen(DEVICE, [5, 1, 20], [30, 1, 20], 16, causal=True, nheads=4, nheads_k=2, headdim=32,
+                       dtype=torch.float16)
+    assert calls
