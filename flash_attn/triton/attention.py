@@ -5,13 +5,11 @@ varlen, +inf (and output 0) for a query that sees no key.
 
 What it covers: forward and backward, fp32 / fp16 / bf16, causal and local windows, softcap, ALiBi,
 dropout (the masks of csrc/flash/dropout.cuh, from an rng_state (seed, offset) int64 tensor), GQA /
-MQA, varlen; flash_attn/triton/ops.py puts it behind the public functions. Not yet: the kvcache
-path, fp8, autotuning. Without a GPU it runs
-under Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported).
-Verified so far in the interpreter only (fp32 against fp64, fp16: tests/test_triton_backend.py).
-On an H100 the first compiled run found a constexpr error (fixed); the run after it did not finish
-within 150 s (25 cases, each compiling its own kernel variants; not diagnosed for lack of device
-time), so nothing here is verified on a GPU yet.
+MQA, varlen; flash_attn/triton/ops.py puts it behind the public functions, and
+flash_attn/triton/kvcache.py runs flash_attn_with_kvcache. Not yet: fp8, autotuning. Without a GPU
+it runs under Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported). Tested
+there (fp32 against fp64, fp16) and on an H100 (tests/test_triton_backend.py; README says which
+cases ran where).
 """
 
 import torch
