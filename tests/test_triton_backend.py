@@ -24,6 +24,20 @@ DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" 
 DTYPE_IDS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
+def _switch_on(monkeypatch):
+    """FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, and Triton's interpreter where there is no GPU."""
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+
+
+def _count_calls(monkeypatch, module, name):
+    """A list that grows by one at each call of module.name (which still runs)."""
+    calls, real = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    return calls
+
+
 def _compute_dtype(dtype):
     return torch.float64 if dtype == torch.float32 else torch.float32
 
@@ -154,12 +168,8 @@ def test_switch_sends_the_public_functions_to_triton(monkeypatch, dtype, compile
     """FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE: flash_attn_func runs flash_attn::triton_fwd / bwd (the
     backend's forward is counted), also under torch.compile(fullgraph=True), with the public
     function's semantics (causal, GQA, a head dim the public functions pad)."""
-    if DEVICE == "cpu":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
-    calls = []
-    real_forward = triton_backend.attention.forward
-    monkeypatch.setattr(triton_backend.attention, "forward", lambda *a, **kw: calls.append(1) or real_forward(*a, **kw))
+    _switch_on(monkeypatch)
+    calls = _count_calls(monkeypatch, triton_backend.attention, "forward")
     q, k, v, dout = (torch.randn(2, 50, h, 36, dtype=dtype, device=DEVICE) for h in (4, 2, 2, 4))
     function = flash_attn.flash_attn_func
     if compiled:
@@ -182,9 +192,7 @@ def test_switch_with_dropout_returns_the_mask_it_used(monkeypatch):
     """Through the public function with the switch: dropout_p and return_attn_probs give S_dmask whose
     sign pattern (FlashAttention 2's encoding) is the mask of the rng_state the Triton forward drew,
     and the output matches the reference under that mask."""
-    if DEVICE == "cpu":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+    _switch_on(monkeypatch)
     from feature_checks import keep_mask_from_probs
     q, k, v = (torch.randn(1, 40, 2, 32, device=DEVICE) for _ in range(3))
     out, lse, s_dmask = flash_attn.flash_attn_func(q, k, v, dropout_p=0.25, return_attn_probs=True)
@@ -218,12 +226,8 @@ KVCACHE_CASES = {
 def test_triton_kvcache(monkeypatch, name, dtype, num_splits):
     from kvcache_checks import KvCase, check_kvcache
 
-    if DEVICE == "cpu":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
-    calls = []
-    real = triton_backend.kvcache.forward_kvcache
-    monkeypatch.setattr(triton_backend.kvcache, "forward_kvcache", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    _switch_on(monkeypatch)
+    calls = _count_calls(monkeypatch, triton_backend.kvcache, "forward_kvcache")
     case = KvCase(**{"batch": 2, "nheads": 4, "nheads_k": 2, "headdim": 32, "capacity": 100, "dtype": dtype,
                      "num_splits": num_splits, **KVCACHE_CASES[name]})
     check_kvcache(case, DEVICE)
@@ -238,9 +242,7 @@ def test_triton_kvcache_metadata_out_of_range(monkeypatch):
     from flash_attn import reference_kvcache as rk
     from flash_attn.reference import normalize_window
 
-    if DEVICE == "cpu":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+    _switch_on(monkeypatch)
     case = KvCase(batch=3, nheads=2, nheads_k=1, headdim=16, capacity=64, page_size=16, seqlen_q=2, seqlen_new=2,
                   leftpad=True, dtype=torch.float32, num_splits=2)
     x = make_inputs(case)
@@ -264,12 +266,8 @@ def test_triton_paged_varlen(monkeypatch):
     kvcache kernels (counted), against attention_ref per sequence (kvcache_checks.check_paged_varlen)."""
     from kvcache_checks import check_paged_varlen
 
-    if DEVICE == "cpu":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
-    calls = []
-    real = triton_backend.kvcache.forward_kvcache
-    monkeypatch.setattr(triton_backend.kvcache, "forward_kvcache", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    _switch_on(monkeypatch)
+    calls = _count_calls(monkeypatch, triton_backend.kvcache, "forward_kvcache")
     check_paged_varlen(DEVICE, [5, 1, 20], [30, 1, 20], 16, causal=True, nheads=4, nheads_k=2, headdim=32,
                        dtype=torch.float16)
     assert calls
