@@ -90,8 +90,12 @@ class _Problem:
                     DOT_PRECISION=_dot_precision(self.dtype))
 
 
-def _check(q, k, v):
-    for name, t in (("q", q), ("k", k), ("v", v)):
+def check_tensors(**tensors):
+    """Each given tensor (None: absent) is float32 / float16 / bfloat16 with a contiguous last
+    dimension; errors name the argument."""
+    for name, t in tensors.items():
+        if t is None:
+            continue
         if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise TypeError(f"flash_attn Triton backend: {name} must be float32, float16 or bfloat16, got {t.dtype}")
         if t.stride(-1) != 1:
@@ -102,7 +106,7 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
             cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0, rng_state=None):
     """(out, lse). window: (left, right) normalized as reference.normalize_window does; rng_state: the
     (2,) int64 [seed, offset] of the dropout masks (read only with dropout_p > 0)."""
-    _check(q, k, v)
+    check_tensors(q=q, k=k, v=v)
     pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
                   dropout_p, rng_state)
     out = torch.empty_like(q)
@@ -123,7 +127,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.
              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0,
              rng_state=None):
     """(dq, dk, dv) for the forward's (out, lse), with its dropout_p and rng_state."""
-    _check(q, k, v)
+    check_tensors(q=q, k=k, v=v)
     pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
                   dropout_p, rng_state)
     dout = dout.contiguous() if dout.stride(-1) != 1 else dout

@@ -33,6 +33,14 @@ def _sequence(cu_ptr, batch, seqlen, total, VARLEN: tl.constexpr):
 
 
 @triton.jit
+def _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN: tl.constexpr):
+    """(q_first, len_q, k_first, len_k) of sequence `batch`: _sequence for the queries and the keys."""
+    q_first, len_q = _sequence(CuQ, batch, seqlen_q, total_q, VARLEN)
+    k_first, len_k = _sequence(CuK, batch, seqlen_k, total_k, VARLEN)
+    return q_first, len_q, k_first, len_k
+
+
+@triton.jit
 def _tanh(x):
     """tanh to about fp32 rounding everywhere: the Taylor series to x^15 below |x| = 0.4 (next term
     under 1e-10 relative there), (1 - e) / (1 + e) with e = exp(-2|x|) <= 0.45 above, where 1 - e
@@ -195,8 +203,7 @@ def attention_forward_kernel(
         keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
         HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    q_first, len_q = _sequence(CuQ, batch, seqlen_q, total_q, VARLEN)
-    k_first, len_k = _sequence(CuK, batch, seqlen_k, total_k, VARLEN)
+    q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
     m0 = m_block * BLOCK_M
     if m0 < len_q:
         rows = m0 + tl.arange(0, BLOCK_M)
@@ -251,8 +258,7 @@ def attention_backward_dkdv_kernel(
     """dK, dV of one key block for one query head (DK, DV hold one slice per query head, strides
     stride_g*; the caller sums the slices of a KV head)."""
     n_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    q_first, len_q = _sequence(CuQ, batch, seqlen_q, total_q, VARLEN)
-    k_first, len_k = _sequence(CuK, batch, seqlen_k, total_k, VARLEN)
+    q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
     n0 = n_block * BLOCK_N
     if n0 < len_k:
         cols = n0 + tl.arange(0, BLOCK_N)
@@ -297,8 +303,7 @@ def attention_backward_dq_kernel(
         HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """dQ of one query block (DQ laid out like Q)."""
     m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    q_first, len_q = _sequence(CuQ, batch, seqlen_q, total_q, VARLEN)
-    k_first, len_k = _sequence(CuK, batch, seqlen_k, total_k, VARLEN)
+    q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
     m0 = m_block * BLOCK_M
     if m0 < len_q:
         rows = m0 + tl.arange(0, BLOCK_M)

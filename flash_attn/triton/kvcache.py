@@ -13,7 +13,7 @@ import torch
 import triton
 
 from ..reference_kvcache import cache_capacity
-from .attention import _dot_precision
+from .attention import _dot_precision, check_tensors
 from .kvcache_kernels import kvcache_append_kernel, kvcache_attention_kernel
 
 APPEND_BLOCK_T = 16
@@ -49,21 +49,11 @@ def _combine(out_parts, lse_parts):
     return out, torch.where(torch.isneginf(lse), float("inf"), lse)
 
 
-def _check(q, k_cache, v_cache, k, v):
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
-        if t is None:
-            continue
-        if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise TypeError(f"flash_attn Triton backend: {name} must be float32, float16 or bfloat16, got {t.dtype}")
-        if t.stride(-1) != 1:
-            raise ValueError(f"flash_attn Triton backend: {name} must have a contiguous last dimension")
-
-
 def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
                     block_table, softmax_scale, window, softcap, rotary_interleaved, alibi_slopes, num_splits):
     """fwd_kvcache's semantics (reference_kvcache.forward_kvcache): appends in place, returns (out in q's
     dtype, lse float32 (batch, heads, seqlen_q))."""
-    _check(q, k_cache, v_cache, k, v)
+    check_tensors(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
     batch, seqlen_q, heads, headdim = q.shape
     slabs, slab_rows, heads_k = k_cache.shape[:3]
     paged = block_table is not None
