@@ -2,7 +2,7 @@
 with its default grid (one CTA per SM walking the natural, heaviest-first or packed varlen order)
 against one CTA per tile (FLASH_ATTN_SM90_FWD_GRID=tiles, read per call) and SDPA's cuDNN backend,
 in one process; bf16, hidden 2048, batch x seqlen = 16k, plus the features suite's varlen batch
-and its equal-length baseline.
+and its equal-length baseline and its window case.
 
     python benchmarks/experiments/scheduler_ab.py [--label NAME] [--only-default] [--quick]
 
@@ -84,6 +84,16 @@ def varlen_rows(label, grids):
               [lambda: flash_attn_func(q, k, v)] * len(grids))
 
 
+def window_rows(label, grids):
+    """The features suite's window case: causal with a left window of 4096 at 16k, and plain causal."""
+    seqlen, heads, headdim, left = 16384, 16, 128, 4096
+    q, k, v = (torch.randn(1, seqlen, heads, headdim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    for name, window in (("causal + window (4096, 0)", (left, 0)), ("causal", (-1, 0))):
+        pairs = sum(min(i + 1, left + 1) if window[0] >= 0 else i + 1 for i in range(seqlen))
+        fn = lambda: flash_attn_func(q, k, v, causal=True, window_size=window)
+        print_row(label, f"{name} 16k hd128 h16", 4 * headdim * heads * pairs, grids, [fn] * len(grids))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--label", default="new")
@@ -99,6 +109,7 @@ def main():
     print("|" + "---|" * len(header))
     dense_rows(args.label, grids, with_cudnn=not args.only_default, quick=args.quick)
     varlen_rows(args.label, grids)
+    window_rows(args.label, grids)
 
 
 if __name__ == "__main__":

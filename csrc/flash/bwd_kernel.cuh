@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
   unsigned char* stage_base = reinterpret_cast<unsigned char*>(sdSt + kBlockN * Cfg::kScoreStride);
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
-  const auto kb = BwdKeyBlock<kBlockM, kBlockN>::template current</*kExtras=*/true>(p);
+  const auto kb = BwdKeyBlock<kBlockM, kBlockN>::current(p);
   if (kb.template done_without_queries<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
   const int head = kb.head, n0 = kb.n0, steps = kb.query_blocks(), headdim = p.fwd.shape.headdim;
   const AttentionMask& mask = kb.mask;

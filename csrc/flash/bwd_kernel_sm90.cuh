@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   const int warpgroup = tid / arch::kWarpgroupThreads, warp_in_group = (tid / arch::kWarpSize) % 4;
   const int group_key0 = warpgroup * 64;                  // this warpgroup's keys in the block
   const int warp_key0 = group_key0 + warp_in_group * 16;  // this warp's accumulator rows
-  const auto kb = BwdKeyBlock<kBlockM, kBlockN>::template current</*kExtras=*/true>(p);
+  const auto kb = BwdKeyBlock<kBlockM, kBlockN>::current(p);
   if (kb.template done_without_queries<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
   const int head = kb.head, n0 = kb.n0, steps = kb.query_blocks(), headdim = p.fwd.shape.headdim;
   const AttentionMask& mask = kb.mask;

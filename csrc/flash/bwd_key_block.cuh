@@ -26,18 +26,15 @@ struct BwdKeyBlock {
   int m_first, m_last;  // query blocks (of kBlockM) that see at least one of these keys
   int m_start;          // the walk over them starts here and wraps from m_last to m_first (dq_order.cuh)
 
-  // kExtras: the kernel variant that serves varlen, windows, score modifiers, dropout and the
-  // deterministic order.
-  template <bool kExtras>
   __device__ __forceinline__ static BwdKeyBlock current(const BwdParams& p) {
     BwdKeyBlock b;
-    b.seq = SequenceView::of<kExtras>(p.fwd, blockIdx.z);
+    b.seq = SequenceView::of(p.fwd, blockIdx.z);
     b.head = blockIdx.y;
     b.head_k = b.head / (p.fwd.shape.heads / p.fwd.shape.heads_k);
     b.n_block = DqOrder::of(p.fwd).key_block(p);
     b.n0 = b.n_block * kBlockN;
     b.rows_k = min(kBlockN, b.seq.seqlen_k - b.n0);
-    b.mask = AttentionMask::of<kExtras>(b.seq.seqlen_q, b.seq.seqlen_k, p.fwd.window);
+    b.mask = AttentionMask::of(b.seq.seqlen_q, b.seq.seqlen_k, p.fwd.window);
     b.m_first = 0;
     b.m_last = -1;
     if (b.rows_k > 0) {

@@ -4,13 +4,15 @@
 // tests skip them with the same reason.
 //
 // One compile-time split the kernels make on their own: every attention kernel (forward and
-// backward, sm80 and sm90) comes in a plain variant and an extras variant. The extras' state
-// (sequence offsets, window bounds, keep bits, modifier values) is live across the main loops.
-// Forward: the plain variant is dense, causal or not (needs_extras). Backward: the plain variant
-// keeps varlen, windows and the deterministic order as run-time flags and only softcap, ALiBi and
-// dropout are compiled out (needs_score_extras): with the backward split like the forward, varlen,
-// windows and deterministic ran on the extras kernel (116 B of spills at sm_90a hd 128) at 0.67x,
-// 0.70x and 0.78x of their speed on the plain kernel, while the plain call gained ~1%.
+// backward, sm80 and sm90) comes in a plain variant and a score-extras variant (needs_score_extras:
+// softcap, ALiBi, dropout), whose state (keep bits, modifier values) is live across the main loops.
+// Varlen, windows and the deterministic order are run-time flags of both. The backward was split
+// further once (varlen, windows and deterministic on the extras kernel: 116 B of spills at sm_90a
+// hd 128, 0.67x, 0.70x and 0.78x of their speed on the plain kernel, the plain call ~1% faster),
+// and so was the forward until v13 of benchmarks/NOTES.md: there an equal-length varlen batch ran
+// 4.7% slower than the same dense batch, and with the sequence view and the window run-time in the
+// plain forward ptxas spills less, not more (sm_90a bf16, warp-specialized hd 128: 20 -> 0 B, hd 64:
+// 116 -> 52 B).
 #pragma once
 
 #include "params.h"
@@ -43,16 +45,11 @@ constexpr bool kVarlenCompiled = false;
 constexpr bool kVarlenCompiled = true;
 #endif
 
-// Whether a call needs the kernels' extras variants. Measured on H100 (benchmarks/NOTES.md v5): with
-// every option compiled in and switched off at run time, the plain forward lost 2-28% against the
-// kernels before the options existed; with the split, the forward is back within noise.
-// needs_score_extras: the backward's extras (softcap, ALiBi, dropout); needs_extras: the forward's.
+// Whether a call needs the kernels' score-extras variants. Measured on H100 (benchmarks/NOTES.md
+// v5): with every option compiled in and switched off at run time, the plain forward lost 2-28%
+// against the kernels before the options existed; with the split, the forward is back within noise.
 inline bool needs_score_extras(const FwdParams& p) {
   return p.dropout.keep_prob < 1.f || p.score_mod.softcap > 0.f || p.score_mod.alibi_slopes != nullptr;
-}
-
-inline bool needs_extras(const FwdParams& p) {
-  return needs_score_extras(p) || p.varlen.cu_seqlens_q != nullptr || p.window.left >= 0 || p.window.right > 0;
 }
 
 }  // namespace flash

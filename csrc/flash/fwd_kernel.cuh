@@ -42,8 +42,8 @@ __device__ __forceinline__ void load_kv_block_async(T* smem, const T* gmem, int6
                                                               seqlen_k - n0, headdim, tid);
 }
 
-// kExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
-template <typename T, typename Cfg, bool kExtras>
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
+template <typename T, typename Cfg, bool kScoreExtras>
 __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStride = Cfg::kStride;
   constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT, kDT = Cfg::kDT;
@@ -54,12 +54,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
   record_rng_state(p.dropout, tid);
-  const auto qb = FwdQueryBlock<kBlockM, kBlockN>::template current<kExtras>(p);
+  const auto qb = FwdQueryBlock<kBlockM, kBlockN>::current(p);
   if (qb.template done_without_keys<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
   const int m0 = qb.m0, rows_q = qb.rows_q, seqlen_k = qb.seq.seqlen_k, headdim = p.shape.headdim;
   const AttentionMask& mask = qb.mask;
-  const ScoreMod mod = qb.template score_mod<kExtras>(p);
-  const Dropout dropout = qb.template dropout<kExtras>(p);
+  const ScoreMod mod = qb.template score_mod<kScoreExtras>(p);
+  const Dropout dropout = qb.template dropout<kScoreExtras>(p);
   const T* q = qb.seq.template q_side<T>(p.q, m0, qb.head);
   const T* k = qb.seq.template k_side<T>(p.k, 0, qb.head_k);
   const T* v = qb.seq.template k_side<T>(p.v, 0, qb.head_k);

@@ -170,8 +170,8 @@ struct Sm90ForwardRows {
   }
 };
 
-// kExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
-template <typename T, typename Cfg, bool kExtras>
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
+template <typename T, typename Cfg, bool kScoreExtras>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm90(const FwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
@@ -184,13 +184,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   const int group_row0 = warpgroup * 64;                  // this warpgroup's queries in the block
   const int warp_row0 = group_row0 + warp_in_group * 16;  // this warp's accumulator rows
   record_rng_state(p.dropout, tid);
-  const auto qb = FwdQueryBlock<kBlockM, kBlockN>::template current<kExtras>(p);
+  const auto qb = FwdQueryBlock<kBlockM, kBlockN>::current(p);
   if (qb.template done_without_keys<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
   const int m0 = qb.m0, rows_q = qb.rows_q, seqlen_k = qb.seq.seqlen_k, headdim = p.shape.headdim;
   const int n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
   const AttentionMask& mask = qb.mask;
-  const ScoreMod mod = qb.template score_mod<kExtras>(p);
-  const Dropout dropout = qb.template dropout<kExtras>(p);
+  const ScoreMod mod = qb.template score_mod<kScoreExtras>(p);
+  const Dropout dropout = qb.template dropout<kScoreExtras>(p);
   const T* k = qb.seq.template k_side<T>(p.k, 0, qb.head_k);
   const T* v = qb.seq.template k_side<T>(p.v, 0, qb.head_k);
 

@@ -168,7 +168,7 @@ struct WarpgroupTurns {
 // One consumer warpgroup on one tile: 64 query rows of the block, the whole key walk, and their
 // output. group_tid: the thread's index within its warpgroup (0..127); ring and tile_parity as
 // for the producer.
-template <typename T, typename Cfg, bool kExtras, typename QueryBlock>
+template <typename T, typename Cfg, bool kScoreExtras, typename QueryBlock>
 __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
                                                  const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid,
                                                  int ring, uint32_t tile_parity) {
@@ -179,8 +179,8 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
   const int m0 = qb.m0, rows_q = qb.rows_q;
   const int n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
   const AttentionMask& mask = qb.mask;
-  const ScoreMod mod = qb.template score_mod<kExtras>(p);
-  const Dropout dropout = qb.template dropout<kExtras>(p);
+  const ScoreMod mod = qb.template score_mod<kScoreExtras>(p);
+  const Dropout dropout = qb.template dropout<kScoreExtras>(p);
   const int group_row0 = turns.consumer * 64;
   const int warp_row0 = group_row0 + warp_in_group * 16;
 
@@ -241,8 +241,8 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
       qb.template out<T>(p), p.out.row_stride, s.o(), group_row0, rows_q, p.shape.headdim, group_tid);
 }
 
-// kExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
-template <typename T, typename Cfg, bool kExtras>
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
+template <typename T, typename Cfg, bool kScoreExtras>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel_sm90_ws(const __grid_constant__ FwdParams p, const __grid_constant__ FwdTensorMaps maps,
                        const QueryTileOrder order) {
@@ -268,9 +268,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     arch::release_registers_to<Cfg::kProducerRegs>();
     if (tid != 0) return;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const QueryTileCoord at = walk.template locate<kExtras>(p, order, tile);
+      const QueryTileCoord at = walk.locate(p, order, tile);
       if (!at.valid()) break;
-      const auto qb = QueryBlock::template at<kExtras>(p, at.m_block, at.head, at.batch);
+      const auto qb = QueryBlock::at(p, at.m_block, at.head, at.batch);
       if (qb.rows_q <= 0 || qb.key_blocks() == 0) continue;
       produce_fwd_tile<Cfg>(s, maps, qb, ring, tile_parity);
       ring += qb.key_blocks();
@@ -282,15 +282,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const WarpgroupTurns<Cfg::kConsumers> turns{warpgroup - 1};
   turns.start();
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const QueryTileCoord at = walk.template locate<kExtras>(p, order, tile);
+    const QueryTileCoord at = walk.locate(p, order, tile);
     if (!at.valid()) break;
-    const auto qb = QueryBlock::template at<kExtras>(p, at.m_block, at.head, at.batch);
+    const auto qb = QueryBlock::at(p, at.m_block, at.head, at.batch);
     if (qb.rows_q <= 0) continue;
     if (qb.key_blocks() == 0) {
       qb.template write_rows_without_keys<T, Cfg::kHeadDim, Cfg::kConsumerThreads>(p, tid - arch::kWarpgroupThreads);
       continue;
     }
-    consume_fwd_tile<T, Cfg, kExtras>(p, s, qb, turns, tid % arch::kWarpgroupThreads, ring, tile_parity);
+    consume_fwd_tile<T, Cfg, kScoreExtras>(p, s, qb, turns, tid % arch::kWarpgroupThreads, ring, tile_parity);
     ring += qb.key_blocks();
     tile_parity ^= 1;
   }

@@ -29,22 +29,19 @@ struct FwdQueryBlock {
   int n_end;
   AttentionMask mask;
 
-  // kExtras: the kernel variant that serves varlen, windows, score modifiers and dropout.
-  template <bool kExtras>
   __device__ __forceinline__ static FwdQueryBlock current(const FwdParams& p) {
     // heaviest causal blocks are scheduled first
-    return at<kExtras>(p, gridDim.x - 1 - blockIdx.x, blockIdx.y, blockIdx.z);
+    return at(p, gridDim.x - 1 - blockIdx.x, blockIdx.y, blockIdx.z);
   }
 
-  template <bool kExtras>
   __device__ __forceinline__ static FwdQueryBlock at(const FwdParams& p, int m_block, int head, int batch) {
     FwdQueryBlock b;
-    b.seq = SequenceView::of<kExtras>(p, batch);
+    b.seq = SequenceView::of(p, batch);
     b.head = head;
     b.head_k = b.head / (p.shape.heads / p.shape.heads_k);
     b.m0 = m_block * kBlockM;
     b.rows_q = min(kBlockM, b.seq.seqlen_q - b.m0);
-    b.mask = AttentionMask::of<kExtras>(b.seq.seqlen_q, b.seq.seqlen_k, p.window);
+    b.mask = AttentionMask::of(b.seq.seqlen_q, b.seq.seqlen_k, p.window);
     b.n_begin = 0;
     b.n_end = 0;
     if (b.rows_q > 0) {
@@ -56,14 +53,14 @@ struct FwdQueryBlock {
 
   __device__ __forceinline__ int key_blocks() const { return max(0, n_end - n_begin); }
 
-  // The modifiers of a kernel compiled with kExtras; none, at compile time, in the plain kernels.
-  template <bool kExtras>
+  // The modifiers of a kernel compiled with kScoreExtras; none, at compile time, in the plain kernels.
+  template <bool kScoreExtras>
   __device__ __forceinline__ ScoreMod score_mod(const FwdParams& p) const {
-    return kExtras ? ScoreMod::of(p, seq.batch, head, mask.diagonal_offset()) : ScoreMod::none();
+    return kScoreExtras ? ScoreMod::of(p, seq.batch, head, mask.diagonal_offset()) : ScoreMod::none();
   }
-  template <bool kExtras>
+  template <bool kScoreExtras>
   __device__ __forceinline__ Dropout dropout(const FwdParams& p) const {
-    return kExtras ? Dropout::of(p.dropout, seq.batch, p.shape.heads, head) : Dropout::none();
+    return kScoreExtras ? Dropout::of(p.dropout, seq.batch, p.shape.heads, head) : Dropout::none();
   }
 
   template <typename T>

@@ -24,24 +24,24 @@ template <> struct FwdTile<192> { using type = FwdConfig<192, 128, 64, 8>; };
 template <> struct FwdTile<256> { using type = FwdConfig<256, 128, 64, 8>; };
 
 // The sm80 kernel, on any sm80+ GPU.
-template <typename T, int kHeadDim, bool kExtras>
+template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t run_fwd_sm80(const FwdParams& params, cudaStream_t stream) {
   using Cfg = typename FwdTile<kHeadDim>::type;
-  return launch_over_query_blocks<Cfg>(fwd_kernel<T, Cfg, kExtras>, params, stream);
+  return launch_over_query_blocks<Cfg>(fwd_kernel<T, Cfg, kScoreExtras>, params, stream);
 }
 
-template <typename T, int kHeadDim, bool kExtras>
+template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t run_fwd_variant(const FwdParams& params, cudaStream_t stream) {
   bool launched = false;
-  cudaError_t err = try_run_fwd_sm90<T, kHeadDim, kExtras>(params, stream, launched);
-  if (err == cudaSuccess && !launched) err = run_fwd_sm80<T, kHeadDim, kExtras>(params, stream);
+  cudaError_t err = try_run_fwd_sm90<T, kHeadDim, kScoreExtras>(params, stream, launched);
+  if (err == cudaSuccess && !launched) err = run_fwd_sm80<T, kHeadDim, kScoreExtras>(params, stream);
   return err;
 }
 
 // The plain call and the calls with options run separate instantiations (features.h says why).
 template <typename T, int kHeadDim>
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
-  if (needs_extras(params)) return run_fwd_variant<T, kHeadDim, true>(params, stream);
+  if (needs_score_extras(params)) return run_fwd_variant<T, kHeadDim, true>(params, stream);
   return run_fwd_variant<T, kHeadDim, false>(params, stream);
 }
 

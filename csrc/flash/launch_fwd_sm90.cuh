@@ -127,7 +127,7 @@ bool make_fwd_tensor_maps(const FwdParams& p, FwdTensorMaps& maps) {
          arch::encode_swizzled_row_map(&maps.v, view(p.v, rows_k, p.shape.heads_k), Cfg::kBlockN);
 }
 
-template <typename T, int kHeadDim, bool kExtras>
+template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t try_run_fwd_sm90_ws(const FwdParams& params, cudaStream_t stream, bool& launched) {
   launched = false;
   if constexpr (FwdWsTile<kHeadDim>::kAvailable) {
@@ -136,13 +136,13 @@ cudaError_t try_run_fwd_sm90_ws(const FwdParams& params, cudaStream_t stream, bo
     if (!warp_specialized_fwd_chosen<kHeadDim>(params)) return cudaSuccess;
     if (!make_fwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
     launched = true;
-    return launch_over_query_tiles<Cfg>(fwd_kernel_sm90_ws<T, Cfg, kExtras>, params, maps, stream);
+    return launch_over_query_tiles<Cfg>(fwd_kernel_sm90_ws<T, Cfg, kScoreExtras>, params, maps, stream);
   }
   return cudaSuccess;
 }
 
 // Launches a wgmma forward kernel when possible; `launched` says whether it did.
-template <typename T, int kHeadDim, bool kExtras>
+template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t try_run_fwd_sm90(const FwdParams& params, cudaStream_t stream, bool& launched) {
   launched = false;
   if constexpr (FwdSm90Tile<kHeadDim>::kAvailable) {
@@ -151,17 +151,17 @@ cudaError_t try_run_fwd_sm90(const FwdParams& params, cudaStream_t stream, bool&
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
     bool usable = false;
-    err = can_run_sm90(fwd_kernel_sm90<T, typename Tile::type, kExtras>, device, usable);
+    err = can_run_sm90(fwd_kernel_sm90<T, typename Tile::type, kScoreExtras>, device, usable);
     if (err != cudaSuccess || !usable) return err;
-    err = try_run_fwd_sm90_ws<T, kHeadDim, kExtras>(params, stream, launched);
+    err = try_run_fwd_sm90_ws<T, kHeadDim, kScoreExtras>(params, stream, launched);
     if (err != cudaSuccess || launched) return err;
     launched = true;
     using CausalCfg = typename Tile::causal_type;
     using Cfg = typename Tile::type;
     if (params.causal) {
-      return launch_over_query_blocks<CausalCfg>(fwd_kernel_sm90<T, CausalCfg, kExtras>, params, stream);
+      return launch_over_query_blocks<CausalCfg>(fwd_kernel_sm90<T, CausalCfg, kScoreExtras>, params, stream);
     }
-    return launch_over_query_blocks<Cfg>(fwd_kernel_sm90<T, Cfg, kExtras>, params, stream);
+    return launch_over_query_blocks<Cfg>(fwd_kernel_sm90<T, Cfg, kScoreExtras>, params, stream);
   }
   return cudaSuccess;
 }

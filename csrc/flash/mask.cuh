@@ -19,11 +19,9 @@ struct AttentionMask {
   int left;   // -1: unbounded
   int right;  // -1: unbounded
 
-  // kMaybeLocal false: causal or nothing, the left side unbounded at compile time (the attention
-  // kernels' plain variant).
-  template <bool kMaybeLocal = true>
+  // A build without local attention (FLASH_ATTN_DISABLE_LOCAL) knows only causal or nothing.
   __device__ __forceinline__ static AttentionMask of(int seqlen_q, int seqlen_k, const WindowArgs& w) {
-    if (!kMaybeLocal || !kLocalCompiled) return AttentionMask{seqlen_q, seqlen_k, -1, w.right == 0 ? 0 : -1};  // causal only
+    if (!kLocalCompiled) return AttentionMask{seqlen_q, seqlen_k, -1, w.right == 0 ? 0 : -1};  // causal only
     return AttentionMask{seqlen_q, seqlen_k, w.left, w.right};
   }
 

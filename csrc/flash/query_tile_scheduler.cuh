@@ -48,11 +48,9 @@ struct QueryTileWalk {
   int batch = 0;       // varlen: the batch of the tile last located, where the next search starts
   int first_tile = 0;  // varlen: the linear index of that batch's first tile
 
-  // `tile` at least every earlier call's. kMaybeVarlen false: dense at compile time (as in
-  // SequenceView::of).
-  template <bool kMaybeVarlen>
+  // `tile` at least every earlier call's.
   __device__ __forceinline__ QueryTileCoord locate(const FwdParams& p, QueryTileOrder order, int tile) {
-    if (!kMaybeVarlen || !kVarlenCompiled || p.varlen.cu_seqlens_q == nullptr) return locate_dense(p, order, tile);
+    if (!kVarlenCompiled || p.varlen.cu_seqlens_q == nullptr) return locate_dense(p, order, tile);
     const int heads = p.shape.heads;
     for (; batch < p.shape.batch; ++batch) {
       const int m_blocks = ceil_div(SequenceView::query_length(p, batch), kBlockM);

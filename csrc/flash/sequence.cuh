@@ -21,13 +21,11 @@ struct SequenceView {
   int64_t q_row0, k_row0;  // this sequence's first row in the (packed) q-side / k-side rows
   int64_t dq_accum_row0;   // its first row in each head's slice of dq_accum
 
-  // kMaybeVarlen false: dense at compile time (the attention kernels' plain variant).
-  template <bool kMaybeVarlen = true>
   __device__ __forceinline__ static SequenceView of(const FwdParams& p, int batch) {
     SequenceView s;
     s.batch = batch;
     const AttentionShape& shape = p.shape;
-    if (!kMaybeVarlen || !kVarlenCompiled || p.varlen.cu_seqlens_q == nullptr) {
+    if (!kVarlenCompiled || p.varlen.cu_seqlens_q == nullptr) {
       s.batch_index = batch;
       s.seqlen_q = shape.seqlen_q;
       s.seqlen_k = shape.seqlen_k;
