@@ -18,6 +18,18 @@ template <bool kRowsAreKeys, int MT, int NT>
 __device__ __forceinline__ void scores_to_logits(float (&scores)[MT][NT][4], const AttentionMask& mask,
                                                  const ScoreMod& mod, bool needs_mask, int row0, int col0, int lane) {
   if (!needs_mask && !mod.active()) return;
+  // Each fragment row's visible columns, counted from its register's column in atom 0, computed
+  // once before the score loop (inside it, ptxas rebuilt them per score, branches and all), so
+  // that each score compares a constant.
+  IndexRange visible[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = row0 + mt * arch::kAtomM + arch::acc_row(lane, r);
+      visible[mt][r] = (kRowsAreKeys ? mask.queries_seeing(row) : mask.keys_seen_by(row))
+                           .shifted(-(col0 + arch::acc_col(lane, r)));
+    }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -29,7 +41,7 @@ __device__ __forceinline__ void scores_to_logits(float (&scores)[MT][NT][4], con
         const int query = kRowsAreKeys ? col : row, key = kRowsAreKeys ? row : col;
         float& x = scores[mt][nt][r];
         if (mod.active()) x = mod.logit(x, query, key);
-        if (needs_mask && !mask.visible(query, key)) x = -INFINITY;
+        if (needs_mask && !visible[mt][r].contains(nt * arch::kAtomN)) x = -INFINITY;
       }
 }
 
@@ -47,14 +59,17 @@ __device__ __forceinline__ void packed_scores_to_logits(float (&scores)[1][NT][4
                                                         bool needs_mask, int col0, int lane) {
   if (!needs_mask && !mods[0].active()) return;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int r = 0; r < 4; ++r) {
+    const int h = arch::acc_row_slot(r);
+    const IndexRange visible = mask.keys_seen_by(queries[h]).shifted(-(col0 + arch::acc_col(lane, r)));
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int h = arch::acc_row_slot(r), key = col0 + nt * arch::kAtomN + arch::acc_col(lane, r);
+    for (int nt = 0; nt < NT; ++nt) {
+      const int key = col0 + nt * arch::kAtomN + arch::acc_col(lane, r);
       float& x = scores[0][nt][r];
       if (mods[h].active()) x = mods[h].logit(x, queries[h], key);
-      if (needs_mask && !mask.visible(queries[h], key)) x = -INFINITY;
+      if (needs_mask && !visible.contains(nt * arch::kAtomN)) x = -INFINITY;
     }
+  }
 }
 
 }  // namespace flash

@@ -13,6 +13,13 @@
 
 namespace flash {
 
+// Indices [first, end); empty when first >= end.
+struct IndexRange {
+  int first, end;
+  __device__ __forceinline__ bool contains(int i) const { return i >= first && i < end; }
+  __device__ __forceinline__ IndexRange shifted(int by) const { return IndexRange{first + by, end + by}; }
+};
+
 struct AttentionMask {
   int seqlen_q;
   int seqlen_k;
@@ -28,9 +35,21 @@ struct AttentionMask {
   __device__ __forceinline__ int diagonal_offset() const { return seqlen_k - seqlen_q; }
 
   __device__ __forceinline__ bool visible(int query, int key) const {
+    return keys_seen_by(query).contains(key);
+  }
+
+  // The keys query `query` sees, and (its inverse) the queries that see key `key`, for indices
+  // >= 0: visible(i, j) == keys_seen_by(i).contains(j) == queries_seeing(j).contains(i). The
+  // kernels compute a fragment row's range once, so that each score pays two compares.
+  __device__ __forceinline__ IndexRange keys_seen_by(int query) const {
     const int diagonal = query + diagonal_offset();
-    return query < seqlen_q && key < seqlen_k && (left < 0 || key >= diagonal - left) &&
-           (right < 0 || key <= diagonal + right);
+    const int end = right < 0 ? seqlen_k : min(seqlen_k, diagonal + right + 1);
+    return IndexRange{left < 0 ? 0 : diagonal - left, query < seqlen_q ? end : 0};  // selects, no branch
+  }
+  __device__ __forceinline__ IndexRange queries_seeing(int key) const {
+    const int diagonal = key - diagonal_offset();  // the query on this key's diagonal
+    const int end = left < 0 ? seqlen_q : min(seqlen_q, diagonal + left + 1);
+    return IndexRange{right < 0 ? 0 : diagonal - right, key < seqlen_k ? end : 0};
   }
 
   // Keys [kv_begin, kv_end) hold every key that queries [m0, m0 + rows) can see (rows >= 1,
