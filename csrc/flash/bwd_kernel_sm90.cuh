@@ -182,9 +182,8 @@ __device__ __forceinline__ void release_dq_tile(const Turn& turn) {
 // dq_accum tile of the query block at m0 += sdQ: one bulk reduction, issued by one thread under the
 // next block's S^T / dP^T MMAs. Deterministic (turn.counter set): into the turn's slice (its first
 // turn writes the tile), after the earlier key blocks' adds; the kernel releases it
-// (release_dq_tile) a block later, before it issues the next add. Waiting for its completion right
-// away stalled warpgroup 0's MMA issue on every block (benchmarks/NOTES.md v8), and so did waiting
-// under the same block's dQ MMAs (v13).
+// (release_dq_tile) under that block's dQ MMAs, half a block later. Waiting for its completion
+// right away stalled warpgroup 0's MMA issue on every block (benchmarks/NOTES.md v8).
 template <typename Cfg, typename Turn>
 __device__ __forceinline__ void reduce_dq_tile(const BwdParams& p, const float* sdQ, const SequenceView& seq, int head,
                                                int m0, const Turn& turn) {
@@ -265,11 +264,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     // The previous block's dQ tile goes out while these MMAs run: with deterministic=True the
     // wait for this key block's turn and for the add's completion then stalls warpgroup 0 only
     // where it would wait for its S^T anyway (issued before the MMAs, it stalled their issue).
-    // Deterministic: the add issued a step ago is complete by now (in the same step it was not,
-    // and waiting for it stalled warp 0: NOTES.md v13), so it is released here, before the next.
     if (tid == 0 && step > 0) {
       const int previous = kb.query_block_before(m_block);
-      if (step > 1) release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, kb.query_block_before(previous)));
       reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, previous * kBlockM,
                           kb.template dq_turn</*kDeterministic=*/true>(p, previous));
     }
@@ -314,6 +310,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
       arch::Wgmma<T, Cfg::kDqCols>::template ss<true, true>(
           dq[0], Cfg::DsTile::mn_major(sdS, dq_row0, ks), Cfg::KVTile::mn_major(sK, dq_col0, ks), ks > 0);
     arch::wgmma_commit();
+    // Deterministic: the previous block's add, issued under phase 1, is released under these MMAs.
+    if (tid == 0 && step > 0)
+      release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, kb.query_block_before(m_block)));
     arch::wgmma_wait<0>();
     arch::wgmma_fence_operand(dq[0]);
     arch::wgmma_fence_operand(dv_acc[0]);
@@ -324,7 +323,6 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
   __syncthreads();  // the last block's dQ tile is complete
   if (tid == 0) {
     const int last = kb.query_block_before(m_block);  // the loop left m_block one step past the last
-    if (steps > 1) release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, kb.query_block_before(last)));
     reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, last * kBlockM, kb.template dq_turn</*kDeterministic=*/true>(p, last));
     release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, last));
     arch::bulk_wait_complete<0>();

@@ -14,12 +14,8 @@
 //   arrival makes the order cyclic in j, which would wait on later launches; it is cut into laps
 //   instead: lap L = (m + j) / M holds consecutive key blocks that arrive one step apart, and lap L
 //   adds into slice L % dq_slices. Within a lap, key block j waits for j - 1, which got there a
-//   step earlier. Each lap is split into two chains (even and odd positions in the lap), each with
-//   its own slice, so that key block j waits for j - 2, two steps ahead of it: with one chain
-//   per lap, the one step between a block's release and its successor's add left too little slack
-//   for the CTAs' jitter (NOTES.md v13). A lap whose slice already served an earlier lap (more laps
-//   than slices / 2: seqlen_k beyond (dq_slices / 2 - 1) x seqlen_q) waits for that lap's last
-//   block of its chain, a stall of up to a pass.
+//   step earlier. A lap whose slice already served an earlier lap (more laps than slices: seqlen_k
+//   beyond (dq_slices - 1) x seqlen_q) waits for that lap's last block, a stall of up to a pass.
 //   Measured against the ascending walk (H100, benchmarks/NOTES.md v11): deterministic / default
 //   0.77 -> 0.80 at hd 64 (2k tokens), 0.81 -> 0.82 at hd 128 (2k), unchanged at hd 128 (8k); the
 //   start lag was not most of the cost.
@@ -103,21 +99,14 @@ struct DqTurn {
   }
 
   // The staggered walk's slice and turn of key block j at query block m (of M): lap L = (m + j) / M
-  // holds key blocks [b0, (L + 1) M - m) with b0 = max(0, L M - m). A lap splits into two chains,
-  // its even and its odd positions j - b0, each with its own slice (so key block j waits for j - 2,
-  // which got there two steps earlier, not one); chain c of lap L adds into slice
-  // (L % lap_slices) * 2 + c, which served the same chain of laps L - lap_slices, L - 2 lap_slices,
-  // ... before it: full laps of M blocks, except lap 0 of M - m. One slice: one chain per lap.
+  // holds key blocks [max(0, L M - m), (L + 1) M - m), and its slice L % slices served the laps
+  // L - slices, L - 2 slices, ... before it: full laps of M blocks, except lap 0 of M - m.
   __device__ __forceinline__ static void staggered_turn(DqTurn& t, int slices, int query_blocks, int m, int j) {
-    const int lap = (m + j) / query_blocks, lap_first = lap == 0 ? 0 : lap * query_blocks - m;
-    const int chains = slices >= 2 ? 2 : 1, lap_slices = slices / chains;
-    const int position = j - lap_first, chain = position % chains;
-    const int earlier_laps = lap / lap_slices;  // of this slice
-    const bool lap0_among_them = earlier_laps > 0 && lap % lap_slices == 0;
-    auto in_chain = [&](int lap_blocks) { return (lap_blocks + chains - 1 - chain) / chains; };
-    t.slice = (lap % lap_slices) * chains + chain;
-    t.turn = (earlier_laps - (lap0_among_them ? 1 : 0)) * in_chain(query_blocks) +
-             (lap0_among_them ? in_chain(query_blocks - m) : 0) + position / chains;
+    const int u = m + j, lap = u / query_blocks;
+    const int earlier_laps = lap / slices;  // of this slice
+    const bool lap0_among_them = earlier_laps > 0 && lap % slices == 0;
+    t.slice = lap % slices;
+    t.turn = earlier_laps * query_blocks - (lap0_among_them ? m : 0) + (lap == 0 ? j : u - lap * query_blocks);
   }
 
   // This turn's slice of dq_accum; whether it writes the tile rather than adding to it.

@@ -195,17 +195,15 @@ constexpr bool staggered_dq_walk(int64_t window_left, int64_t window_right) {
   return window_left < 0 && window_right < 0;
 }
 // Each slice costs dq_accum's size again (twice q's bytes in fp16/bf16), so: staggered (the walk
-// without a window), two slices per lap (its two chains), of which a query block has at most 1 +
-// ceil(seqlen_k / seqlen_q) when kBlockN >= kBlockM (DqTurn asserts it); the other walks, one slice
-// per 512 keys, at least two (chain position p adds into slice p % slices after position p -
-// slices, that many steps ahead of it: the sm90 kernel releases a tile a step after its add, and
-// with one slice a block would wait for the block just before it on every tile). At most
-// kMaxDqSlices: beyond that, laps or chain positions share slices and wait longer. Varlen passes
-// the max lengths: a sequence with more laps than slices is still ordered, only slower.
+// without a window), one slice per lap, of which a query block has at most 1 + ceil(seqlen_k /
+// seqlen_q) when kBlockN >= kBlockM (DqTurn asserts it); the other walks, one slice up to 512 keys
+// (chains of at most 4 key blocks of 128), then one per 512 keys. At most kMaxDqSlices: beyond
+// that, laps or chain positions share slices and wait longer. Varlen passes the max lengths: a
+// sequence with more laps than slices is still ordered, only slower.
 constexpr int dq_slice_count(int64_t seqlen_q, int64_t seqlen_k, bool staggered) {
-  const int64_t slices = staggered ? 2 * (1 + (seqlen_k + seqlen_q - 1) / (seqlen_q > 0 ? seqlen_q : 1))
+  const int64_t slices = staggered ? 1 + (seqlen_k + seqlen_q - 1) / (seqlen_q > 0 ? seqlen_q : 1)
                                    : (seqlen_k + 511) / 512;
-  return slices < 2 ? 2 : slices > kMaxDqSlices ? kMaxDqSlices : static_cast<int>(slices);
+  return slices < 1 ? 1 : slices > kMaxDqSlices ? kMaxDqSlices : static_cast<int>(slices);
 }
 constexpr int64_t dq_semaphore_count(const AttentionShape& s, int slices) {
   return static_cast<int64_t>(slices) * s.batch * s.heads * dq_counter_units(s.seqlen_q);
