@@ -1,9 +1,9 @@
 """The training API's options on the CUDA kernels: window, softcap, ALiBi, dropout, deterministic
 backward and varlen, alone and combined, forward and backward, against the fp32 reference with the
 tolerance rule (outputs poisoned with NaN before every kernel). Head dims 64 and 128 run the Hopper
-kernels on an H100/H200 (each Hopper forward forced with FLASH_ATTN_SM90_FWD=ws or cpasync, and
-the default's choice) and the sm80 ones with FLASH_ATTN_DISABLE_SM90=1; 96 runs the sm80 kernels
-everywhere.
+kernels on an H100/H200 (each pair of Hopper kernels forced with FLASH_ATTN_SM90_FWD and
+FLASH_ATTN_SM90_BWD =ws or cpasync, and the default's choice) and the sm80 ones with
+FLASH_ATTN_DISABLE_SM90=1; 96 runs the sm80 kernels everywhere.
 
 The `sanitizer` tests are the ones scripts/gpu_check.sh also runs under compute-sanitizer memcheck:
 varlen batches whose cu_seqlens hold offsets past the tensors or out of order.
@@ -42,8 +42,9 @@ SEQLENS = [(113, 203), (203, 113), (256, 256), (1, 300), (1000, 1000)]
 def _kernels(monkeypatch, kernel):
     if kernel == "sm80":
         monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
-    if kernel in ("ws", "cpasync"):
+    if kernel in ("ws", "cpasync"):  # the warp-specialized (TMA) Hopper forward and backward, or the cp.async ones
         monkeypatch.setenv("FLASH_ATTN_SM90_FWD", kernel)
+        monkeypatch.setenv("FLASH_ATTN_SM90_BWD", kernel)
 
 
 @pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
@@ -134,6 +135,10 @@ DETERMINISTIC_CASES = {  # name: (headdim, kernel, mods, varlen, (seqlen_q, seql
     "hd64_full_varlen_alibi": (64, "default", Mods(alibi="head"), True, (1500, 1500)),
     "hd128_full_more_keys": (128, "default", Mods(), False, (300, 1500)),  # 4 laps per query block
     "hd64_full_laps_share_slices": (64, "default", Mods(), False, (100, 1500)),  # 12 laps, 4 slices
+    # the cp.async Hopper backward (the default runs the warp-specialized one for these)
+    "hd64_full_cpasync": (64, "cpasync", Mods(), False, (1500, 1500)),
+    "hd128_causal_cpasync": (128, "cpasync", Mods(causal=True), True, (1500, 1500)),
+    "hd64_short_causal_ws": (64, "ws", Mods(causal=True), False, (700, 700)),
 }
 
 

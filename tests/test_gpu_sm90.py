@@ -1,8 +1,8 @@
 """The Hopper (sm_90a) forward and backward: their arch layer on its own, which kernels run, and the
 sm80 kernels that A100-class GPUs run for the same head dims, forced on Hopper with
-FLASH_ATTN_DISABLE_SM90=1, and the two Hopper forwards forced with FLASH_ATTN_SM90_FWD (ws: the
-warp-specialized TMA kernel; cpasync: the one that runs on short hd-64 walks and where no tensor map
-can be built). The sm90 kernels themselves are checked against the reference by
+FLASH_ATTN_DISABLE_SM90=1, and the two Hopper forwards and backwards forced with FLASH_ATTN_SM90_FWD
+and FLASH_ATTN_SM90_BWD (ws: the warp-specialized TMA kernels; cpasync: the ones that run on short
+hd-64 walks and where no tensor map can be built). The sm90 kernels themselves are checked against the reference by
 test_gpu_attention.py, which on an H100/H200 runs them for every head dim they serve (64 and 128,
 and those padded to them).
 """
@@ -66,6 +66,11 @@ def test_hopper_runs_the_wgmma_kernels(monkeypatch, headdim):
     assert backward and all("bwd_kernel_sm90" in name for name in backward), backward
     # 300 keys: the warp-specialized forward by default at hd 128, the cp.async one at hd 64 (launch_fwd_sm90.cuh)
     assert all(("_ws" in name) == (headdim == 128) for name in forward), forward
+    # the warp-specialized backward by default (300 keys, not causal: launch_bwd_sm90.cuh)
+    assert all("bwd_kernel_sm90_ws" in name for name in backward), backward
+    monkeypatch.setenv("FLASH_ATTN_SM90_BWD", "cpasync")
+    _, backward = _kernel_names(headdim)
+    assert backward and all("bwd_kernel_sm90" in name and "_ws" not in name for name in backward), backward
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
     forward, _ = _kernel_names(headdim)
     assert forward and all("fwd_kernel_sm90_ws" in name for name in forward), forward
@@ -99,6 +104,17 @@ def test_sm90_forwards(monkeypatch, forward, dtype, headdim, seqlen_q, seqlen_k,
     """Each Hopper forward forced, whatever the default would pick for the shape."""
     require_kernel(dtype, headdim)
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD", forward)
+    check_flash_attn(2, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, causal, "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("headdim,seqlen_q,seqlen_k,nheads,nheads_k,causal", SM80_CASES)
+@pytest.mark.parametrize("backward", ["ws", "cpasync"])
+def test_sm90_backwards(monkeypatch, backward, dtype, headdim, seqlen_q, seqlen_k, nheads, nheads_k, causal):
+    """Each Hopper backward forced, whatever the default would pick for the shape."""
+    require_kernel(dtype, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_BWD", backward)
     check_flash_attn(2, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, causal, "cuda")
 
 

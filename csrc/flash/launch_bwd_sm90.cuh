@@ -1,8 +1,14 @@
 // Hopper backward launch: which head dims have a wgmma kernel, with which tile, and its launch
-// where launch_sm90.cuh says it can run.
+// where launch_sm90.cuh says it can run: the warp-specialized kernel (bwd_kernel_sm90_ws.cuh) where
+// its tensor maps can be made, else the cp.async one (bwd_kernel_sm90.cuh).
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
+#include "arch/sm90_tensor_map.h"
 #include "bwd_kernel_sm90.cuh"
+#include "bwd_kernel_sm90_ws.cuh"
 #include "launch_attributes.h"
 #include "launch_sm90.cuh"
 
@@ -36,6 +42,76 @@ struct BwdSm90Tile<128> {
 };
 constexpr int kShortCausalKeys = 1024;
 
+// Head dims with a warp-specialized backward: BwdWsConfig<hd, queries per step, ring slots, shared
+// dQ tiles>. The tiles are the cp.async kernel's (two warpgroups of 64 keys); two slots, not three,
+// so that two dQ tiles fit (the loads no longer wait for the math warps' barrier, and three slots
+// measured only 0.5% ahead of two in the cp.async kernel).
+template <int kHeadDim>
+struct BwdWsTile {
+  static constexpr bool kAvailable = false;
+};
+template <>
+struct BwdWsTile<64> {
+  static constexpr bool kAvailable = true;
+  using type = BwdWsConfig<64, 128, 2, 2>;
+  static bool preferred(bool short_causal) { return !short_causal; }
+};
+template <>
+struct BwdWsTile<128> {
+  static constexpr bool kAvailable = true;
+  using type = BwdWsConfig<128, 64, 2, 2>;
+  static bool preferred(bool) { return true; }
+};
+
+// FLASH_ATTN_SM90_BWD picks the Hopper backward: "ws" the warp-specialized one, "cpasync" the
+// other; unset, BwdWsTile::preferred: at hd 64 short causal calls keep the cp.async kernel's one-
+// warpgroup tile (read per call: the tests and the A/B benchmarks switch it).
+template <int kHeadDim>
+bool warp_specialized_bwd_chosen(const BwdParams& p, bool short_causal) {
+  const char* choice = std::getenv("FLASH_ATTN_SM90_BWD");
+  if (choice != nullptr && std::strcmp(choice, "ws") == 0) return true;
+  if (choice != nullptr && std::strcmp(choice, "cpasync") == 0) return false;
+  return BwdWsTile<kHeadDim>::preferred(short_causal);
+}
+
+// The TMA views of q, dout, k and v: dense (batch, seqlen, heads, headdim), varlen one batch of the
+// packed rows. False when the driver cannot describe them; the caller then runs the cp.async kernel.
+template <typename Cfg>
+bool make_bwd_tensor_maps(const BwdParams& p, BwdTensorMaps& maps) {
+  const FwdParams& f = p.fwd;
+  const bool varlen = f.varlen.cu_seqlens_q != nullptr;
+  const int64_t batches = varlen ? 1 : f.shape.batch;
+  auto view = [&](const Strided4d& t, int64_t rows, int64_t heads) {
+    return arch::RowTensor{t.ptr, f.shape.headdim, rows, heads, batches, t.row_stride, t.head_stride, t.batch_stride};
+  };
+  const int64_t rows_q = varlen ? f.varlen.total_q : f.shape.seqlen_q;
+  const int64_t rows_k = varlen ? f.varlen.total_k : f.shape.seqlen_k;
+  return arch::encode_swizzled_row_map(&maps.q, view(f.q, rows_q, f.shape.heads), Cfg::kBlockM) &&
+         arch::encode_swizzled_row_map(&maps.dout, view(p.dout, rows_q, f.shape.heads), Cfg::kBlockM) &&
+         arch::encode_swizzled_row_map(&maps.k, view(f.k, rows_k, f.shape.heads_k), Cfg::kBlockN) &&
+         arch::encode_swizzled_row_map(&maps.v, view(f.v, rows_k, f.shape.heads_k), Cfg::kBlockN);
+}
+
+template <typename T, int kHeadDim, bool kScoreExtras>
+cudaError_t try_run_bwd_sm90_ws(const BwdParams& params, cudaStream_t stream, bool short_causal, bool& launched) {
+  launched = false;
+  if constexpr (BwdWsTile<kHeadDim>::kAvailable) {
+    using Cfg = typename BwdWsTile<kHeadDim>::type;
+    BwdTensorMaps maps;
+    if (!warp_specialized_bwd_chosen<kHeadDim>(params, short_causal)) return cudaSuccess;
+    if (!make_bwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
+    auto kernel = bwd_kernel_sm90_ws<T, Cfg, kScoreExtras>;
+    cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    launched = true;
+    const FwdParams& f = params.fwd;
+    const dim3 grid(ceil_div(f.shape.seqlen_k, Cfg::kBlockN), f.shape.heads, f.shape.batch);
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params, maps);
+    return cudaGetLastError();
+  }
+  return cudaSuccess;
+}
+
 template <typename T, typename Cfg, bool kScoreExtras>
 cudaError_t launch_bwd_sm90(const BwdParams& params, cudaStream_t stream) {
   auto kernel = bwd_kernel_sm90<T, Cfg, kScoreExtras>;
@@ -55,9 +131,11 @@ cudaError_t try_run_bwd_sm90(const BwdParams& params, cudaStream_t stream, int d
     bool usable = false;
     cudaError_t err = can_run_sm90(bwd_kernel_sm90<T, typename Tile::type, kScoreExtras>, device, usable);
     if (err != cudaSuccess || !usable) return err;
+    const bool short_causal = params.fwd.causal && params.fwd.shape.seqlen_k <= kShortCausalKeys;
+    err = try_run_bwd_sm90_ws<T, kHeadDim, kScoreExtras>(params, stream, short_causal, launched);
+    if (err != cudaSuccess || launched) return err;
     launched = true;
-    if (params.fwd.causal && params.fwd.shape.seqlen_k <= kShortCausalKeys)
-      return launch_bwd_sm90<T, typename Tile::short_causal_type, kScoreExtras>(params, stream);
+    if (short_causal) return launch_bwd_sm90<T, typename Tile::short_causal_type, kScoreExtras>(params, stream);
     return launch_bwd_sm90<T, typename Tile::type, kScoreExtras>(params, stream);
   }
   return cudaSuccess;

@@ -59,6 +59,15 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 #endif
 }
 
+// One arrival on `bar` once every cp.async this thread issued before it has landed; the barrier's
+// expected arrival count includes it (.noinc), so a warp's 4-byte copies (lse, dsum) and a TMA
+// load can complete the same phase.
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
+#endif
+}
+
 // Named barrier `id` (1..15; 0 is __syncthreads') of `threads` threads, a multiple of 32: sync waits
 // for the count, arrive counts this warp without waiting.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
