@@ -24,9 +24,9 @@
 
 namespace flash {
 
-template <int kHeadDim_, int kBlockM_, int kStages_, int kDqBuffers_>
-struct BwdWsConfig : BwdSm90Config<kHeadDim_, kBlockM_, kStages_, 2> {
-  using Base = BwdSm90Config<kHeadDim_, kBlockM_, kStages_, 2>;
+template <int kHeadDim_, int kBlockM_, int kStages_, int kDqBuffers_, bool kDvAfterDs_>
+struct BwdWsConfig : BwdSm90Config<kHeadDim_, kBlockM_, kStages_, 2, kDvAfterDs_> {
+  using Base = BwdSm90Config<kHeadDim_, kBlockM_, kStages_, 2, kDvAfterDs_>;
   static constexpr int kMathThreads = Base::kThreads;  // two warpgroups, 64 keys each
   static constexpr int kThreads = kMathThreads + arch::kWarpgroupThreads;
   // Registers per thread after the reallocation: FlashAttention 3's split for two math warpgroups,
@@ -151,7 +151,7 @@ __device__ __forceinline__ void write_bwd_dq(const BwdWsSmem<Cfg>& s, const BwdP
       reduce_dq_tile<Cfg>(p, s.dq(buffer), kb.seq, kb.head, m_block * Cfg::kBlockM, turn);
       arch::bulk_wait_source_read<0>();
     }
-    __syncwarp();
+    arch::warp_sync();
     if (step + Cfg::kDqBuffers < steps) arch::named_barrier_arrive(BwdWsBarriers::kDqEmpty + buffer, kSyncThreads);
     if (lane == 0) release_dq_tile(turn);  // deterministic: once the add is complete
   }

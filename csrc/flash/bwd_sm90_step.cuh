@@ -36,9 +36,13 @@
 
 namespace flash {
 
-template <int kHeadDim_, int kBlockM_, int kStages_, int kWarpgroups_>
+template <int kHeadDim_, int kBlockM_, int kStages_, int kWarpgroups_, bool kDvAfterDs_ = false>
 struct BwdSm90Config {
   static constexpr int kHeadDim = kHeadDim_;
+  // The order of phase 2 (kv_gradients_sm90): dV's MMAs issued under the dS^T math (false), or
+  // after it, so that P^T's A fragments are not live beside P^T, dP^T and dS^T's (true: fewer
+  // registers at the peak, for the 240 a warp-specialized math warp has).
+  static constexpr bool kDvAfterDs = kDvAfterDs_;
   static constexpr int kBlockM = kBlockM_;  // queries per step: the N of the S^T wgmma
   // Each warpgroup owns 64 keys (the M of the other wgmmas). With one, a CTA is small enough that
   // two share an SM and interleave their phases; with two, dQ atomics and Q/dO loads per key halve.
@@ -252,13 +256,14 @@ __device__ __forceinline__ void kv_gradients_sm90(BwdSm90Gradients<Cfg>& grads, 
   } else {
     arch::accumulators_to_a_fragments<T>(probs_a, scores_t);
   }
-  issue_kv_gradient_sm90<T, Cfg>(grads.dv, probs_a, stage.dout);  // dV += P^T.dO
+  if constexpr (!Cfg::kDvAfterDs) issue_kv_gradient_sm90<T, Cfg>(grads.dv, probs_a, stage.dout);  // dV += P^T.dO
 
-  arch::wgmma_wait<1>();  // dP^T is done; dV may still run
+  arch::wgmma_wait<Cfg::kDvAfterDs ? 0 : 1>();  // dP^T is done; dV may still run
   arch::wgmma_fence_operand(dprobs_t[0]);
   const DscoreContext<1, kScoreNT> ctx{mod, dropout.enabled ? &keep : nullptr, dropout.keep_scale, n0 + at.warp_key0,
                                        m0};
   dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, 0, p.fwd, ctx, lane);
+  if constexpr (Cfg::kDvAfterDs) issue_kv_gradient_sm90<T, Cfg>(grads.dv, probs_a, stage.dout);  // dV += P^T.dO
   before_ds_store();
   store_dscores_sm90<T, Cfg>(sdS, dprobs_t, at.warp_key0, lane);
   arch::fence_proxy_async();

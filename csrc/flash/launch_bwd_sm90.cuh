@@ -43,9 +43,13 @@ struct BwdSm90Tile<128> {
 constexpr int kShortCausalKeys = 1024;
 
 // Head dims with a warp-specialized backward: BwdWsConfig<hd, queries per step, ring slots, shared
-// dQ tiles>. The tiles are the cp.async kernel's (two warpgroups of 64 keys); two slots, not three,
-// so that two dQ tiles fit (the loads no longer wait for the math warps' barrier, and three slots
-// measured only 0.5% ahead of two in the cp.async kernel).
+// dQ tiles, dV issued after dS>. The tiles are the cp.async kernel's (two warpgroups of 64 keys);
+// two slots, not three, so that two dQ tiles fit (the loads no longer wait for the math warps'
+// barrier, and three slots measured only 0.5% ahead of two in the cp.async kernel). dV after dS
+// (bwd_sm90_step.cuh): with the cp.async kernel's order the 240-register math warps spilled 188 B
+// at hd 128 and ran 6-10% behind the cp.async kernel; after it, 108 B, and ahead of it (H100,
+// benchmarks/NOTES.md v14: hd 128 8k 5.49 vs 5.93-6.00 ms, 2k 1.60-1.64 vs 1.67-1.70; hd 64 2k
+// 1.82 vs 1.85-1.91).
 template <int kHeadDim>
 struct BwdWsTile {
   static constexpr bool kAvailable = false;
@@ -53,13 +57,13 @@ struct BwdWsTile {
 template <>
 struct BwdWsTile<64> {
   static constexpr bool kAvailable = true;
-  using type = BwdWsConfig<64, 128, 2, 2>;
+  using type = BwdWsConfig<64, 128, 2, 2, true>;
   static bool preferred(bool short_causal) { return !short_causal; }
 };
 template <>
 struct BwdWsTile<128> {
   static constexpr bool kAvailable = true;
-  using type = BwdWsConfig<128, 64, 2, 2>;
+  using type = BwdWsConfig<128, 64, 2, 2, true>;
   static bool preferred(bool) { return true; }
 };
 
