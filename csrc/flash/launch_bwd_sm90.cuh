@@ -68,13 +68,23 @@ struct BwdWsTile<128> {
 };
 
 // FLASH_ATTN_SM90_BWD picks the Hopper backward: "ws" the warp-specialized one, "cpasync" the
-// other; unset, BwdWsTile::preferred: at hd 64 short causal calls keep the cp.async kernel's one-
-// warpgroup tile (read per call: the tests and the A/B benchmarks switch it).
-template <int kHeadDim>
+// other (read per call: the tests and the A/B benchmarks switch it). Unset:
+// - deterministic=True: the warp-specialized one, whose dQ-writer warp takes the turn and
+//   completion waits off the math warps (H100, NOTES.md v14: 0.79-0.82 -> 0.97 of the default
+//   speed at hd 64 2k);
+// - the score-extras kernel otherwise: the cp.async one, measured with dropout 0.1 (b=2 s=8k hd 128:
+//   9.88 vs 10.22-10.27 ms; b=4 s=8k hd 64: 15.19-15.21 vs 15.53-15.54; softcap and ALiBi not
+//   measured): its 255 registers hold the keep bits beside the fragments, the 240 of the
+//   warp-specialized math warps spill more;
+// - else BwdWsTile::preferred: at hd 64 short causal calls keep the cp.async kernel's one-warpgroup
+//   tile.
+template <int kHeadDim, bool kScoreExtras>
 bool warp_specialized_bwd_chosen(const BwdParams& p, bool short_causal) {
   const char* choice = std::getenv("FLASH_ATTN_SM90_BWD");
   if (choice != nullptr && std::strcmp(choice, "ws") == 0) return true;
   if (choice != nullptr && std::strcmp(choice, "cpasync") == 0) return false;
+  if (p.dq_semaphore != nullptr) return true;
+  if (kScoreExtras) return false;
   return BwdWsTile<kHeadDim>::preferred(short_causal);
 }
 
@@ -102,7 +112,7 @@ cudaError_t try_run_bwd_sm90_ws(const BwdParams& params, cudaStream_t stream, bo
   if constexpr (BwdWsTile<kHeadDim>::kAvailable) {
     using Cfg = typename BwdWsTile<kHeadDim>::type;
     BwdTensorMaps maps;
-    if (!warp_specialized_bwd_chosen<kHeadDim>(params, short_causal)) return cudaSuccess;
+    if (!warp_specialized_bwd_chosen<kHeadDim, kScoreExtras>(params, short_causal)) return cudaSuccess;
     if (!make_bwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
     auto kernel = bwd_kernel_sm90_ws<T, Cfg, kScoreExtras>;
     cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
