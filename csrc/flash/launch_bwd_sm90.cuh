@@ -58,13 +58,17 @@ template <>
 struct BwdWsTile<64> {
   static constexpr bool kAvailable = true;
   using type = BwdWsConfig<64, 128, 2, 2, true>;
-  static bool preferred(bool short_causal) { return !short_causal; }
+  // Every length, causal too: at 512 causal keys as fast as the cp.async kernel's one-warpgroup
+  // tile (562-567 vs 562-564 µs), at 1k 5% faster (754 vs 794-795; H100, kernel_choice_time.py).
+  static bool preferred(const BwdParams&) { return true; }
 };
 template <>
 struct BwdWsTile<128> {
   static constexpr bool kAvailable = true;
   using type = BwdWsConfig<128, 64, 2, 2, true>;
-  static bool preferred(bool) { return true; }
+  // Causal up to 512 keys keeps the cp.async kernel: 493-494 vs 522-523 µs at 512 (H100,
+  // kernel_choice_time.py); at 2k causal the warp-specialized one is 2-3% ahead (1k not measured).
+  static bool preferred(const BwdParams& p) { return !(p.fwd.causal && p.fwd.shape.seqlen_k <= 512); }
 };
 
 // FLASH_ATTN_SM90_BWD picks the Hopper backward: "ws" the warp-specialized one, "cpasync" the
@@ -76,16 +80,15 @@ struct BwdWsTile<128> {
 //   9.88 vs 10.22-10.27 ms; b=4 s=8k hd 64: 15.19-15.21 vs 15.53-15.54; softcap and ALiBi not
 //   measured): its 255 registers hold the keep bits beside the fragments, the 240 of the
 //   warp-specialized math warps spill more;
-// - else BwdWsTile::preferred: at hd 64 short causal calls keep the cp.async kernel's one-warpgroup
-//   tile.
+// - else BwdWsTile::preferred.
 template <int kHeadDim, bool kScoreExtras>
-bool warp_specialized_bwd_chosen(const BwdParams& p, bool short_causal) {
+bool warp_specialized_bwd_chosen(const BwdParams& p) {
   const char* choice = std::getenv("FLASH_ATTN_SM90_BWD");
   if (choice != nullptr && std::strcmp(choice, "ws") == 0) return true;
   if (choice != nullptr && std::strcmp(choice, "cpasync") == 0) return false;
   if (p.dq_semaphore != nullptr) return true;
   if (kScoreExtras) return false;
-  return BwdWsTile<kHeadDim>::preferred(short_causal);
+  return BwdWsTile<kHeadDim>::preferred(p);
 }
 
 // The TMA views of q, dout, k and v: dense (batch, seqlen, heads, headdim), varlen one batch of the
@@ -107,12 +110,12 @@ bool make_bwd_tensor_maps(const BwdParams& p, BwdTensorMaps& maps) {
 }
 
 template <typename T, int kHeadDim, bool kScoreExtras>
-cudaError_t try_run_bwd_sm90_ws(const BwdParams& params, cudaStream_t stream, bool short_causal, bool& launched) {
+cudaError_t try_run_bwd_sm90_ws(const BwdParams& params, cudaStream_t stream, bool& launched) {
   launched = false;
   if constexpr (BwdWsTile<kHeadDim>::kAvailable) {
     using Cfg = typename BwdWsTile<kHeadDim>::type;
     BwdTensorMaps maps;
-    if (!warp_specialized_bwd_chosen<kHeadDim, kScoreExtras>(params, short_causal)) return cudaSuccess;
+    if (!warp_specialized_bwd_chosen<kHeadDim, kScoreExtras>(params)) return cudaSuccess;
     if (!make_bwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
     auto kernel = bwd_kernel_sm90_ws<T, Cfg, kScoreExtras>;
     cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
@@ -145,11 +148,11 @@ cudaError_t try_run_bwd_sm90(const BwdParams& params, cudaStream_t stream, int d
     bool usable = false;
     cudaError_t err = can_run_sm90(bwd_kernel_sm90<T, typename Tile::type, kScoreExtras>, device, usable);
     if (err != cudaSuccess || !usable) return err;
-    const bool short_causal = params.fwd.causal && params.fwd.shape.seqlen_k <= kShortCausalKeys;
-    err = try_run_bwd_sm90_ws<T, kHeadDim, kScoreExtras>(params, stream, short_causal, launched);
+    err = try_run_bwd_sm90_ws<T, kHeadDim, kScoreExtras>(params, stream, launched);
     if (err != cudaSuccess || launched) return err;
     launched = true;
-    if (short_causal) return launch_bwd_sm90<T, typename Tile::short_causal_type, kScoreExtras>(params, stream);
+    if (params.fwd.causal && params.fwd.shape.seqlen_k <= kShortCausalKeys)
+      return launch_bwd_sm90<T, typename Tile::short_causal_type, kScoreExtras>(params, stream);
     return launch_bwd_sm90<T, typename Tile::type, kScoreExtras>(params, stream);
   }
   return cudaSuccess;
