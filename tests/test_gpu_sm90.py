@@ -99,22 +99,14 @@ def test_sm80_kernels_on_any_gpu(monkeypatch, dtype, headdim, seqlen_q, seqlen_k
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("headdim,seqlen_q,seqlen_k,nheads,nheads_k,causal", SM80_CASES)
-@pytest.mark.parametrize("forward", ["ws", "cpasync"])
-def test_sm90_forwards(monkeypatch, forward, dtype, headdim, seqlen_q, seqlen_k, nheads, nheads_k, causal):
-    """Each Hopper forward forced, whatever the default would pick for the shape."""
+@pytest.mark.parametrize("choice", ["ws", "cpasync"])
+@pytest.mark.parametrize("kernel_pass", ["FWD", "BWD"])
+def test_sm90_kernels_forced(monkeypatch, kernel_pass, choice, dtype, headdim, seqlen_q, seqlen_k, nheads, nheads_k,
+                             causal):
+    """Each Hopper forward (FLASH_ATTN_SM90_FWD) and backward (FLASH_ATTN_SM90_BWD) forced, whatever the
+    default would pick for the shape."""
     require_kernel(dtype, headdim)
-    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", forward)
-    check_flash_attn(2, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, causal, "cuda")
-
-
-@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("headdim,seqlen_q,seqlen_k,nheads,nheads_k,causal", SM80_CASES)
-@pytest.mark.parametrize("backward", ["ws", "cpasync"])
-def test_sm90_backwards(monkeypatch, backward, dtype, headdim, seqlen_q, seqlen_k, nheads, nheads_k, causal):
-    """Each Hopper backward forced, whatever the default would pick for the shape."""
-    require_kernel(dtype, headdim)
-    monkeypatch.setenv("FLASH_ATTN_SM90_BWD", backward)
+    monkeypatch.setenv(f"FLASH_ATTN_SM90_{kernel_pass}", choice)
     check_flash_attn(2, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, causal, "cuda")
 
 

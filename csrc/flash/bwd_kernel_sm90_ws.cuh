@@ -20,6 +20,7 @@
 
 #include "arch/sm90_tma.cuh"
 #include "bwd_sm90_step.cuh"
+#include "ring_position.cuh"
 #include "tile_io.cuh"
 
 namespace flash {
@@ -92,14 +93,6 @@ struct BwdTensorMaps {
   arch::TensorMap q, dout, k, v;
 };
 
-// Step i of the walk uses ring slot i % n; the slot's barrier phases flip every round of the ring.
-template <int kSlots>
-struct WalkSlot {
-  int slot;
-  uint32_t parity;
-  __device__ __forceinline__ explicit WalkSlot(int step) : slot(step % kSlots), parity((step / kSlots) & 1) {}
-};
-
 // The loader warp: K and V, then per query block of the walk (once its slot is free) Q and dO by
 // lane 0's TMA, lse and dsum by every lane's cp.async.
 template <typename Cfg, typename KeyBlock>
@@ -114,7 +107,7 @@ __device__ __forceinline__ void load_bwd_walk(const BwdWsSmem<Cfg>& s, const Bwd
   }
   int m_block = kb.m_start;
   for (int step = 0; step < kb.query_blocks(); ++step, m_block = kb.query_block_after(m_block, 1)) {
-    const WalkSlot<Cfg::kStages> at(step);
+    const RingPosition<Cfg::kStages> at(step);
     const QueryStageSm90<Cfg> stage = s.stage(at.slot);
     const int m0 = m_block * Cfg::kBlockM;
     arch::mbarrier_wait_parity(s.stage_empty(at.slot), at.parity ^ 1);  // a fresh barrier passes at once
@@ -172,7 +165,7 @@ __device__ __forceinline__ void compute_bwd_walk(const BwdWsSmem<Cfg>& s, const 
   arch::mbarrier_wait_parity(s.kv_full(), 0);
   int m_block = kb.m_start;
   for (int step = 0; step < kb.query_blocks(); ++step, m_block = kb.query_block_after(m_block, 1)) {
-    const WalkSlot<Cfg::kStages> slot(step);
+    const RingPosition<Cfg::kStages> slot(step);
     const int buffer = step % Cfg::kDqBuffers;
     const QueryStageSm90<Cfg> stage = s.stage(slot.slot);
     arch::mbarrier_wait_parity(s.stage_full(slot.slot), slot.parity);

@@ -35,6 +35,7 @@
 #include "mask.cuh"
 #include "params.h"
 #include "query_tile_scheduler.cuh"
+#include "ring_position.cuh"
 #include "softmax.cuh"
 
 namespace flash {
@@ -96,15 +97,6 @@ struct FwdWsSmem {
     }
     arch::fence_mbarrier_init();
   }
-};
-
-// Block i of the key walk lives in ring slot i % kStages; its barriers' phase parity flips every
-// round of the ring.
-template <int kStages>
-struct RingPosition {
-  int slot;
-  uint32_t parity;
-  __device__ __forceinline__ explicit RingPosition(int i) : slot(i % kStages), parity((i / kStages) & 1) {}
 };
 
 // The tensor maps of q, k and v (host: make_fwd_tensor_maps in launch_fwd_sm90.cuh).

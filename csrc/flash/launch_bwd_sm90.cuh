@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "arch/sm90_tensor_map.h"
 #include "bwd_kernel_sm90.cuh"
 #include "bwd_kernel_sm90_ws.cuh"
 #include "launch_attributes.h"
@@ -59,7 +58,7 @@ struct BwdWsTile<64> {
   static constexpr bool kAvailable = true;
   using type = BwdWsConfig<64, 128, 2, 2, true>;
   // Every length, causal too: at 512 causal keys as fast as the cp.async kernel's one-warpgroup
-  // tile (562-567 vs 562-564 µs), at 1k 5% faster (754 vs 794-795; H100, kernel_choice_time.py).
+  // tile (562-567 vs 562-564 µs), at 1k 5% faster (754 vs 794-795; H100, kernel_choice.py).
   static bool preferred(const BwdParams&) { return true; }
 };
 template <>
@@ -67,7 +66,7 @@ struct BwdWsTile<128> {
   static constexpr bool kAvailable = true;
   using type = BwdWsConfig<128, 64, 2, 2, true>;
   // Causal up to 512 keys keeps the cp.async kernel: 493-494 vs 522-523 µs at 512 (H100,
-  // kernel_choice_time.py); at 2k causal the warp-specialized one is 2-3% ahead (1k not measured).
+  // kernel_choice.py); at 2k causal the warp-specialized one is 2-3% ahead (1k not measured).
   static bool preferred(const BwdParams& p) { return !(p.fwd.causal && p.fwd.shape.seqlen_k <= 512); }
 };
 
@@ -91,22 +90,15 @@ bool warp_specialized_bwd_chosen(const BwdParams& p) {
   return BwdWsTile<kHeadDim>::preferred(p);
 }
 
-// The TMA views of q, dout, k and v: dense (batch, seqlen, heads, headdim), varlen one batch of the
-// packed rows. False when the driver cannot describe them; the caller then runs the cp.async kernel.
+// The TMA views of q, dout, k and v (sequence_rows_view). False when the driver cannot describe them;
+// the caller then runs the cp.async kernel.
 template <typename Cfg>
 bool make_bwd_tensor_maps(const BwdParams& p, BwdTensorMaps& maps) {
   const FwdParams& f = p.fwd;
-  const bool varlen = f.varlen.cu_seqlens_q != nullptr;
-  const int64_t batches = varlen ? 1 : f.shape.batch;
-  auto view = [&](const Strided4d& t, int64_t rows, int64_t heads) {
-    return arch::RowTensor{t.ptr, f.shape.headdim, rows, heads, batches, t.row_stride, t.head_stride, t.batch_stride};
-  };
-  const int64_t rows_q = varlen ? f.varlen.total_q : f.shape.seqlen_q;
-  const int64_t rows_k = varlen ? f.varlen.total_k : f.shape.seqlen_k;
-  return arch::encode_swizzled_row_map(&maps.q, view(f.q, rows_q, f.shape.heads), Cfg::kBlockM) &&
-         arch::encode_swizzled_row_map(&maps.dout, view(p.dout, rows_q, f.shape.heads), Cfg::kBlockM) &&
-         arch::encode_swizzled_row_map(&maps.k, view(f.k, rows_k, f.shape.heads_k), Cfg::kBlockN) &&
-         arch::encode_swizzled_row_map(&maps.v, view(f.v, rows_k, f.shape.heads_k), Cfg::kBlockN);
+  return arch::encode_swizzled_row_map(&maps.q, sequence_rows_view(f, f.q, false), Cfg::kBlockM) &&
+         arch::encode_swizzled_row_map(&maps.dout, sequence_rows_view(f, p.dout, false), Cfg::kBlockM) &&
+         arch::encode_swizzled_row_map(&maps.k, sequence_rows_view(f, f.k, true), Cfg::kBlockN) &&
+         arch::encode_swizzled_row_map(&maps.v, sequence_rows_view(f, f.v, true), Cfg::kBlockN);
 }
 
 template <typename T, int kHeadDim, bool kScoreExtras>

@@ -111,20 +111,13 @@ cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, cons
   return cudaGetLastError();
 }
 
-// The TMA views of q, k and v: dense (batch, seqlen, heads, headdim), varlen one batch of the packed
-// rows. False when the driver cannot describe them; the caller then runs the cp.async kernel.
+// The TMA views of q, k and v (sequence_rows_view). False when the driver cannot describe them; the
+// caller then runs the cp.async kernel.
 template <typename Cfg>
 bool make_fwd_tensor_maps(const FwdParams& p, FwdTensorMaps& maps) {
-  const bool varlen = p.varlen.cu_seqlens_q != nullptr;
-  const int64_t batches = varlen ? 1 : p.shape.batch;
-  auto view = [&](const Strided4d& t, int64_t rows, int64_t heads) {
-    return arch::RowTensor{t.ptr, p.shape.headdim, rows, heads, batches, t.row_stride, t.head_stride, t.batch_stride};
-  };
-  const int64_t rows_q = varlen ? p.varlen.total_q : p.shape.seqlen_q;
-  const int64_t rows_k = varlen ? p.varlen.total_k : p.shape.seqlen_k;
-  return arch::encode_swizzled_row_map(&maps.q, view(p.q, rows_q, p.shape.heads), Cfg::kBlockM) &&
-         arch::encode_swizzled_row_map(&maps.k, view(p.k, rows_k, p.shape.heads_k), Cfg::kBlockN) &&
-         arch::encode_swizzled_row_map(&maps.v, view(p.v, rows_k, p.shape.heads_k), Cfg::kBlockN);
+  return arch::encode_swizzled_row_map(&maps.q, sequence_rows_view(p, p.q, false), Cfg::kBlockM) &&
+         arch::encode_swizzled_row_map(&maps.k, sequence_rows_view(p, p.k, true), Cfg::kBlockN) &&
+         arch::encode_swizzled_row_map(&maps.v, sequence_rows_view(p, p.v, true), Cfg::kBlockN);
 }
 
 template <typename T, int kHeadDim, bool kScoreExtras>
