@@ -5,7 +5,8 @@ side (µs and TFLOP/s of the unmasked FLOPs), forms their ratio and says whether
 - varlen: packed sequences of mixed lengths vs an equal-length dense batch of as many sequences and
   tokens;
 - window: causal + sliding window vs full causal (how many times less time the window takes);
-- dropout: dropout_p vs none (the extra time);
+- dropout: dropout_p vs none (the extra time), ours and, for reference, SDPA's flash (FlashAttention 2)
+  and cuDNN backends' own;
 - deterministic: deterministic=True vs the default backward;
 - host overhead: ours vs SDPA-flash, forward+backward at short sequences, where launch and host time
   weigh most.
@@ -75,6 +76,8 @@ DROPOUT = Comparison("extra time with dropout", extra_time, 0.15, at_least=False
 DETERMINISTIC = Comparison("TFLOP/s deterministic / default", speed_ratio, 0.85)
 OVERHEAD = Comparison("speed ours / sdpa-flash", speed_ratio, 1.0)
 WINDOW_TARGET = 3.0
+# SDPA backends whose own dropout cost is measured beside ours (FlashAttention 2 is sdpa-flash).
+DROPOUT_PEERS = (("flash", "sdpa-flash"), ("cudnn", "sdpa-cudnn"))
 
 
 def window_comparison(flop_ratio):
@@ -98,15 +101,17 @@ class Side:
     context: Callable = contextlib.nullcontext
 
 
-def _pass_cell(bench, side, pass_name):
-    """A TFLOP/s cell of one pass (fwd, bwd or fwd+bwd) of side.forward."""
+def _pass_cell(bench, side, pass_name, back_to_back=False):
+    """A TFLOP/s cell of one pass (fwd, bwd or fwd+bwd) of side.forward; back_to_back times fwd+bwd steps
+    back to back (the host-overhead rows)."""
     flops = pairs_flops(side.pairs, side.nheads, side.headdim, pass_name)
     with side.context():
         if pass_name == "fwd":
             return timed_cell(bench, side.forward, flops)
         if pass_name == "bwd":
             return backward_cell(bench, side.forward, side.inputs, side.dout, flops)
-        return timed_cell(bench, lambda: torch.autograd.grad(side.forward(), side.inputs, side.dout), flops)
+        return timed_cell(bench, lambda: torch.autograd.grad(side.forward(), side.inputs, side.dout), flops,
+                          back_to_back)
 
 
 @dataclass(frozen=True)
@@ -120,9 +125,9 @@ class Case:
     rows: Callable
 
 
-def _row(bench, case, pass_name, feature, baseline):
-    cells = {"feature": guarded(lambda: _pass_cell(bench, feature, pass_name)),
-             "baseline": guarded(lambda: _pass_cell(bench, baseline, pass_name))}
+def _row(bench, case, pass_name, feature, baseline, back_to_back=False):
+    cells = {"feature": guarded(lambda: _pass_cell(bench, feature, pass_name, back_to_back)),
+             "baseline": guarded(lambda: _pass_cell(bench, baseline, pass_name, back_to_back))}
     config = {"case": case.name, "setup": case.setup, "pass": pass_name}
     return Row(config, cells, case.comparison.extra(cells["feature"], cells["baseline"]))
 
@@ -182,14 +187,29 @@ def _option_rows(bench, case, shape, dtype, passes, **options):
     return [_row(bench, case, name, feature, baseline) for name in passes]
 
 
+def _peer_dropout_rows(bench, case, shape, dtype, peer, dropout_p):
+    """A peer's own cost of dropout: SDPA on the backend `peer` with dropout_p against without, on the
+    same inputs as ours (what the dropout target means for FlashAttention 2 itself: sdpa-flash is it)."""
+    impl = impl_lib.training_impl(peer)
+    q, k, v, dout = random_inputs(shape, dtype, bench.device)
+    pairs = shape.batch * score_pairs(shape.seqlen_q, shape.seqlen_k)
+
+    def side(p):
+        return Side(functools.partial(impl_lib.sdpa_forward, q, k, v, False, dropout_p=p), (q, k, v), dout, pairs,
+                    shape.nheads, shape.headdim, impl.context)
+
+    return [_row(bench, case, name, side(dropout_p), side(0.0)) for name in ("fwd", "bwd")]
+
+
 def _overhead_rows(bench, case, shape, dtype):
-    """Ours against SDPA-flash on the same inputs, forward+backward, non-causal."""
+    """Ours against SDPA-flash on the same inputs, forward+backward, non-causal, steps timed back to back
+    as in the speedup suite (these calls are host-bound)."""
     ours = _dense_side(bench, shape, dtype)
     q, k, v = ours.inputs
     flash = impl_lib.training_impl("flash")
     sdpa = Side(functools.partial(flash.forward, q, k, v, False), ours.inputs, ours.dout, ours.pairs,
                 shape.nheads, shape.headdim, flash.context)
-    return [_row(bench, case, "fwd+bwd", ours, sdpa)]
+    return [_row(bench, case, "fwd+bwd", ours, sdpa, back_to_back=True)]
 
 
 def _varlen_case(features, dtype):
@@ -221,6 +241,10 @@ def _cases(plan):
              Case("dropout", f"dropout_p={features.dropout_p} vs 0, {drop.describe()}, non-causal", DROPOUT,
                   functools.partial(_option_rows, shape=drop, dtype=dtype, passes=("fwd", "bwd"),
                                     dropout_p=features.dropout_p))]
+    cases += [Case(f"dropout ({peer_name})", f"the peer's own: dropout_p={features.dropout_p} vs 0, {drop.describe()}, "
+                   f"non-causal", DROPOUT, functools.partial(_peer_dropout_rows, shape=drop, dtype=dtype, peer=peer,
+                                                             dropout_p=features.dropout_p))
+              for peer, peer_name in DROPOUT_PEERS]
     cases += [Case("deterministic", f"deterministic=True vs default, {shape.describe()}, non-causal", DETERMINISTIC,
                    functools.partial(_option_rows, shape=shape, dtype=dtype, passes=("bwd",), deterministic=True))
               for shape in features.deterministic]
@@ -241,7 +265,8 @@ def _notes(features, lengths):
         "Ratios: TFLOP/s feature / baseline, except the window's (time causal / window: how many times less time "
         "the window takes; its FLOP ratio is the time ratio of a window kernel exactly as efficient per FLOP as "
         "the causal one) and dropout's (the extra time). The host-overhead rows are the speedup suite's plain "
-        "series at its short sequences, with their target.",
+        "series at its short sequences, with their target, timed like it: steps back to back, no L2 flush between "
+        "them (the calls are host-bound; measure.py says why).",
         f"varlen sequence lengths (seed {features.seed}): {', '.join(str(n) for n in lengths)}.",
     ]
 

@@ -97,11 +97,12 @@ def ours_forward(q, k, v, causal):
     return ours_attention(q, k, v, causal=causal)
 
 
-def sdpa_forward(q, k, v, causal, enable_gqa=False):
+def sdpa_forward(q, k, v, causal, enable_gqa=False, dropout_p=0.0):
     """SDPA on transposed views. Its is_causal is top-left aligned: equal to ours on square problems,
     the only causal ones benchmarked."""
     out = F.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, enable_gqa=enable_gqa
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, enable_gqa=enable_gqa,
+        dropout_p=dropout_p,
     )
     return out.transpose(1, 2)
 

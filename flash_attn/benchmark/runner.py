@@ -25,9 +25,10 @@ def random_inputs(shape, dtype, device, requires_grad=True):
     return q, k, v, dout
 
 
-def timed_cell(bench, fn, flops):
-    """A TFLOP/s cell from the median time of fn."""
-    ms = bench.timer(fn)
+def timed_cell(bench, fn, flops, back_to_back=False):
+    """A TFLOP/s cell from the median time of fn (back_to_back: calls timed back to back, for host-bound
+    calls; measure.py says why)."""
+    ms = bench.time_steps(fn) if back_to_back else bench.timer(fn)
     return Cell(OK, tflops_per_s(flops, ms), ms)
 
 

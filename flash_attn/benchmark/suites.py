@@ -133,13 +133,14 @@ def run_speed(bench, plan):
 
 
 def _fwd_bwd_ms_cell(bench, impl, qkv, dout, *options):
-    """A cell whose value is the median time in ms of impl.forward(*qkv, *options) and its backward.
+    """A cell whose value is the time in ms of impl.forward(*qkv, *options) and its backward, steps
+    timed back to back (bench.time_steps: the short sequences are host-bound, measure.py says why).
     The SDPA peer of the dropout+mask series notes which backend SDPA picked."""
     def step():
         return torch.autograd.grad(impl.forward(*qkv, *options), qkv, dout)
 
     with impl.context():
-        ms = bench.timer(step)
+        ms = bench.time_steps(step)
     note = f"SDPA picked {impl_lib.sdpa_padded_backend(*qkv, *options)}" if impl.name == "sdpa" else ""
     return Cell(OK, ms, ms, note)
 
@@ -194,6 +195,10 @@ def _speedup_notes(plan):
         f"SDPA with attn_mask and dropout_p on whichever backend SDPA picks (named in the cell notes), since "
         f"sdpa-flash takes no mask. The sdpa speed-up column is sdpa-flash's in the plain and causal series and "
         f"sdpa (auto backend)'s in {MASKED_SERIES}.",
+        "Timing: forward+backward steps back to back, no L2 flush between them (measure.BACK_TO_BACK_DESCRIPTION), "
+        "the method of FlashAttention's own benchmark for this figure: at short sequences a step is host-bound "
+        "and this is the rate a training loop gets; a flush before each step would overlap the host's queueing "
+        "and make the median jump between two modes (benchmarks/NOTES.md v11).",
     ]
 
 
