@@ -23,6 +23,7 @@ static_assert(kCombineSplitsPerLane * 32 >= kMaxSplits, "every split's lse has a
 // rows, benchmarks/NOTES.md v6).
 template <typename T>
 __global__ void __launch_bounds__(kCombineWarps * arch::kWarpSize) splitkv_combine_kernel(const SplitKvParams p) {
+  arch::wait_for_prior_grid();  // launched as dependent after the split-KV kernel, whose partials it reads
   const FwdParams& f = p.fwd;
   const int lane = threadIdx.x % arch::kWarpSize;
   const int64_t rows = static_cast<int64_t>(f.shape.batch) * f.shape.heads * f.shape.seqlen_q;

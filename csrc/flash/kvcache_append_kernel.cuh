@@ -4,6 +4,7 @@
 // (the attention does not see them either: kvcache_view.cuh).
 #pragma once
 
+#include "arch/arch.cuh"
 #include "common.cuh"
 #include "kvcache_view.cuh"
 #include "params.h"
@@ -65,6 +66,7 @@ __device__ __forceinline__ void rotate_query(const KvAppendParams& p, const KvCa
 // Grid: (max(seqlen_new, seqlen_q with rotary), piece groups, batch).
 template <typename T>
 __global__ void __launch_bounds__(kAppendThreads) kvcache_append_kernel(const KvAppendParams p) {
+  arch::allow_dependent_launch();  // the split-KV kernel may start; it waits for this grid to finish
   const int batch = blockIdx.z, token = blockIdx.x;
   const KvCacheView cache = KvCacheView::of(p.cache, batch);
   const int pieces = p.shape.headdim / kRotaryPiece;

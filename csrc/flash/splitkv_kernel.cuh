@@ -217,6 +217,10 @@ __device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&a
 // kBulk: Hopper bulk copies (BulkKvLoader), else cp.async (splitkv_loaders.cuh).
 template <typename T, typename Cfg, bool kPaged, bool kBulk>
 __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvParams p) {
+  // Launched as dependent after the append kernel (launch_kvcache.cuh): the cache rows and rotated
+  // queries it writes are read below. The combine kernel may then start and wait for this grid.
+  arch::wait_for_prior_grid();
+  arch::allow_dependent_launch();
   if constexpr (kBulk) {
     if (!arch::has_bulk_copies()) return;  // launched only where the bulk copies exist (launch_kvcache.cuh)
   }

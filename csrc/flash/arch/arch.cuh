@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "dependent_launch.cuh"
+
 namespace flash {
 namespace arch {
 
