@@ -67,22 +67,6 @@ def test_kvcache_cp_async_loader(monkeypatch, name):
     check_kvcache(case, "cuda")
 
 
-@pytest.mark.parametrize("name", ["decode", "append_many", "paged_16", "leftpad", "everything", "long_context",
-                                  "batch_8", "mqa"])
-@pytest.mark.parametrize("num_splits", [1, 0])
-@pytest.mark.parametrize("switch", ["wide_tile", "no_dependent_launch"])
-def test_kvcache_launch_switches(monkeypatch, name, num_splits, switch):
-    """Hopper runs the narrow split-KV tile (two CTAs per SM) and dependent launches by default; the
-    wide tile (one CTA per SM, what A100-class shared memory gets) and plain launches, forced."""
-    if switch == "wide_tile":
-        monkeypatch.setenv("FLASH_ATTN_SPLITKV_CTAS_PER_SM", "1")
-    else:
-        monkeypatch.setenv("FLASH_ATTN_PDL", "0")
-    case = dataclasses.replace(CASES[name], num_splits=num_splits)
-    require_kernel(case.dtype, case.headdim)
-    check_kvcache(case, "cuda")
-
-
 @pytest.mark.parametrize("headdim", [32, 64, 96, 128, 192, 256, 80])
 def test_kvcache_headdims(headdim):
     require_kernel(torch.bfloat16, headdim)

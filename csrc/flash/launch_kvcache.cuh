@@ -10,7 +10,6 @@
 #include "launch_attributes.h"
 #include "launch_dependent.h"
 #include "launch_sm90.cuh"
-#include "splitkv_heuristic.h"
 #include "splitkv_kernel.cuh"
 
 namespace flash {
@@ -22,16 +21,12 @@ namespace flash {
 // so head dims up to 128 run 8 warps of half the keys (timed at hd 128 only), two warps per
 // sub-partition, in the same ~210 KB of rings (3 stages: 2 steps in flight while one is read).
 // hd 192 / 256 keep 4 warps: 8 rings of even 16-key steps would not fit.
-// Up to hd 128 there is also a narrow tile: the same per-warp rings for 4 warps, in about half the
-// shared memory, so that two CTAs share an SM (splitkv_heuristic.h, ctas_per_sm): as many warps and
-// bytes in flight per SM, while one CTA's start (queries, first steps) and end (the warps' merge, the
-// writes) overlap the other's streaming instead of leaving the SM's loads idle.
 template <int kHeadDim>
 struct SplitKvTile;
-template <> struct SplitKvTile<32> { using type = SplitKvConfig<32, 32, 3, 8>; using narrow = SplitKvConfig<32, 32, 3, 4>; };
-template <> struct SplitKvTile<64> { using type = SplitKvConfig<64, 32, 3, 8>; using narrow = SplitKvConfig<64, 32, 3, 4>; };
-template <> struct SplitKvTile<96> { using type = SplitKvConfig<96, 16, 3, 8>; using narrow = SplitKvConfig<96, 16, 3, 4>; };
-template <> struct SplitKvTile<128> { using type = SplitKvConfig<128, 16, 3, 8>; using narrow = SplitKvConfig<128, 16, 3, 4>; };
+template <> struct SplitKvTile<32> { using type = SplitKvConfig<32, 32, 3, 8>; };
+template <> struct SplitKvTile<64> { using type = SplitKvConfig<64, 32, 3, 8>; };
+template <> struct SplitKvTile<96> { using type = SplitKvConfig<96, 16, 3, 8>; };
+template <> struct SplitKvTile<128> { using type = SplitKvConfig<128, 16, 3, 8>; };
 template <> struct SplitKvTile<192> { using type = SplitKvConfig<192, 16, 3, 4>; };
 template <> struct SplitKvTile<256> { using type = SplitKvConfig<256, 16, 3, 4>; };
 
@@ -78,23 +73,13 @@ cudaError_t launch_splitkv_variant(const SplitKvParams& params, cudaStream_t str
                : launch_splitkv<T, Cfg, false, false>(params, stream, after_append, launched);
 }
 
-// The narrow tile where the host chose two CTAs per SM (ctas_per_sm, splitkv_heuristic.h).
-template <typename T, int kHeadDim>
-cudaError_t launch_splitkv_tile(const SplitKvParams& params, cudaStream_t stream, bool after_append, bool& launched) {
-  if constexpr (kHeadDim <= kSplitKvNarrowMaxHeadDim) {
-    using Narrow = typename SplitKvTile<kHeadDim>::narrow;
-    static_assert(Narrow::kSmemBytes <= kSplitKvNarrowSmemBytes, "two narrow CTAs fit where the host says they do");
-    if (params.ctas_per_sm == 2) return launch_splitkv_variant<T, Narrow>(params, stream, after_append, launched);
-  }
-  return launch_splitkv_variant<T, typename SplitKvTile<kHeadDim>::type>(params, stream, after_append, launched);
-}
-
 template <typename T, int kHeadDim>
 cudaError_t run_fwd_kvcache(const KvAppendParams& append, const SplitKvParams& params, cudaStream_t stream) {
+  using Cfg = typename SplitKvTile<kHeadDim>::type;
   bool appended = false, attended = false;
   cudaError_t err = launch_kvcache_append<T>(append, stream, appended);
   if (err != cudaSuccess) return err;
-  err = launch_splitkv_tile<T, kHeadDim>(params, stream, appended, attended);
+  err = launch_splitkv_variant<T, Cfg>(params, stream, appended, attended);
   const int64_t rows = static_cast<int64_t>(params.fwd.shape.batch) * params.fwd.shape.heads * params.fwd.shape.seqlen_q;
   if (err != cudaSuccess || !attended || params.num_splits == 1 || rows == 0) return err;
   return launch_kernel(splitkv_combine_kernel<T>, dim3(static_cast<unsigned>(ceil_div64(rows, kCombineWarps))),

@@ -161,7 +161,6 @@ struct SplitKvParams {
   float* out_accum;    // (num_splits, batch, heads, seqlen_q, headdim_accum) fp32; num_splits > 1
   float* lse_accum;    // (num_splits, batch, heads, seqlen_q) fp32, natural log; -inf: empty split
   int headdim_accum;   // the kernel head dim (row length of out_accum)
-  int ctas_per_sm;     // 2: the narrow tile, two CTAs per SM; 1: the wide one (splitkv_heuristic.h)
 };
 
 // dq_accum holds (heads, dq_accum_head_rows, kernel head dim) floats. Sequence b's rows start at
