@@ -67,6 +67,18 @@ def test_kvcache_cp_async_loader(monkeypatch, name):
     check_kvcache(case, "cuda")
 
 
+@pytest.mark.parametrize("name", ["decode", "append_many", "paged_16", "leftpad", "everything", "long_context",
+                                  "batch_8", "no_new_tokens"])
+@pytest.mark.parametrize("num_splits", [1, 0])
+def test_kvcache_plain_launches(monkeypatch, name, num_splits):
+    """Hopper launches the split-KV and combine kernels as dependent launches (launch_dependent.h);
+    the plain launches that older GPUs get, forced with FLASH_ATTN_PDL=0."""
+    monkeypatch.setenv("FLASH_ATTN_PDL", "0")
+    case = dataclasses.replace(CASES[name], num_splits=num_splits)
+    require_kernel(case.dtype, case.headdim)
+    check_kvcache(case, "cuda")
+
+
 @pytest.mark.parametrize("headdim", [32, 64, 96, 128, 192, 256, 80])
 def test_kvcache_headdims(headdim):
     require_kernel(torch.bfloat16, headdim)

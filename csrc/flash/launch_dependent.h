@@ -4,7 +4,7 @@
 // whose predecessor in the stream is a kernel of the same call that calls allow_dependent_launch:
 // never for a call's first kernel, whose predecessor may be the caller's.
 // Used where Hopper and newer run it (compute capability >= 9); FLASH_ATTN_PDL=0 turns it off (an
-// A/B switch for the benchmarks; read once per process).
+// A/B switch for the benchmarks and tests, read per launch).
 #pragma once
 
 #include <cstdlib>
@@ -18,11 +18,8 @@
 namespace flash {
 
 inline bool dependent_launch_enabled() {
-  static const bool enabled = [] {
-    const char* choice = std::getenv("FLASH_ATTN_PDL");
-    return choice == nullptr || std::strcmp(choice, "0") != 0;
-  }();
-  return enabled;
+  const char* choice = std::getenv("FLASH_ATTN_PDL");
+  return choice == nullptr || std::strcmp(choice, "0") != 0;
 }
 
 template <typename... Params, typename... Args>
