@@ -8,11 +8,10 @@
 #else
 #include "sm80.cuh"
 #include "sm80_gemm.cuh"
+#include "sm90_grid_dependency.cuh"
 #endif
 
 #include <cstdint>
-
-#include "dependent_launch.cuh"
 
 namespace flash {
 namespace arch {

@@ -127,6 +127,10 @@ constexpr int kWarpSize = cdna::kWaveSize;
 // CDNA has no Hopper-style bulk copies: kernels with a bulk-copy variant return at once from it.
 __device__ __forceinline__ constexpr bool has_bulk_copies() { return false; }
 
+// No programmatic dependent launch on CDNA (sm90_grid_dependency.cuh): kernels run in stream order.
+__device__ __forceinline__ void wait_for_prior_grid() {}
+__device__ __forceinline__ void allow_dependent_launch() {}
+
 // LDS per workgroup on gfx90a and gfx942; more is a compile error, so tile configs check first.
 constexpr int kLdsBytesPerWorkgroup = 64 * 1024;
 
