@@ -70,11 +70,12 @@ def main():
     parser.add_argument("--cases", required=True)
     parser.add_argument("--measure", default="time", choices=["time", "host"])
     parser.add_argument("--rounds", type=int, default=None, help="default: 2 for time, 7 for host")
+    parser.add_argument("--label", default="", help="a name printed with the header (the ab stage's before / after)")
     args = parser.parse_args()
     values = args.values.split(",")
     rounds = args.rounds or (2 if args.measure == "time" else 7)
     measure = gpu_us if args.measure == "time" else host_us
-    print(f"{torch.cuda.get_device_name()}: {args.which} {args.measure} µs, {args.env} in {values}")
+    print(f"{args.label} {torch.cuda.get_device_name()}: {args.which} {args.measure} µs, {args.env} in {values}")
     header = "| case | round | " if args.measure == "time" else "| case | "
     cell = "" if args.measure == "time" else " min / median"
     print(header + " | ".join(v + cell for v in values) + " |")
