@@ -157,60 +157,24 @@ struct WarpgroupTurns {
   __device__ __forceinline__ int own_barrier() const { return 1 + kConsumers + consumer; }
 };
 
-// Leading steps of a tile's walk (which starts at its last key block) that hold no key this
-// warpgroup's 64 rows see: with 192-row tiles over 128-key blocks, causal, the top warpgroup's rows
-// end up to a block before the tile's (64 of 192 rows: about one block in three walks is skipped
-// at 512 keys). At least the walk's last step stays (it releases Q); a warpgroup without rows in
-// the sequence walks every step, as before.
-template <int kBlockN, typename QueryBlock>
-__device__ __forceinline__ int steps_past_own_keys(const QueryBlock& qb, int group_row0) {
-  const int own_rows = min(64, qb.rows_q - group_row0);
-  if (own_rows <= 0) return 0;
-  const int own_end = ceil_div(qb.mask.kv_end(qb.m0 + group_row0, own_rows), kBlockN);
-  return max(0, min(qb.n_end - own_end, qb.key_blocks() - 1));
-}
-
-// Waits for V's slot at `at` to be full, then (one thread) hands it back: a skipped step's V.
-template <typename Smem, typename Position>
-__device__ __forceinline__ void release_v_after_full(const Smem& s, const Position& at, bool releases) {
-  arch::mbarrier_wait_parity(s.v_full(at.slot), at.parity);
-  if (releases) arch::mbarrier_arrive(s.v_empty(at.slot));
-}
-
 // One consumer warpgroup on one tile: 64 query rows of the block, the whole key walk, and their
 // output. group_tid: the thread's index within its warpgroup (0..127); ring and tile_parity as
 // for the producer.
 template <typename T, typename Cfg, bool kScoreExtras, typename QueryBlock>
 __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
                                                  const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid,
-                                                 int tile_ring, uint32_t tile_parity) {
+                                                 int ring, uint32_t tile_parity) {
   constexpr int kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim, kStages = Cfg::kStages;
   constexpr int kScoreNT = kBlockN / 8, kHeadNT = kHeadDim / 8;
   const int lane = group_tid % arch::kWarpSize, warp_in_group = group_tid / arch::kWarpSize;
   const bool releases = group_tid == 0;  // the thread that hands this warpgroup's slots back
   const int m0 = qb.m0, rows_q = qb.rows_q;
-  const int group_row0 = turns.consumer * 64;
-  const int warp_row0 = group_row0 + warp_in_group * 16;
-
-  // Steps past this warpgroup's keys: no MMA, only the ring's and the turns' handshakes, in the
-  // order a computed step makes them (V of the step before waited before the turn, K released after
-  // it), so that each release counts toward this use of its slot and the turns stay round-robin.
-  // The walk below then starts at the first block this warpgroup sees.
-  const int skipped = steps_past_own_keys<kBlockN>(qb, group_row0);
-  for (int i = 0; i < skipped; ++i) {
-    const RingPosition<kStages> at(tile_ring + i);
-    arch::mbarrier_wait_parity(s.k_full(at.slot), at.parity);
-    if (i > 0) release_v_after_full(s, RingPosition<kStages>(tile_ring + i - 1), releases);
-    turns.wait();
-    turns.pass();
-    if (releases) arch::mbarrier_arrive(s.k_empty(at.slot));
-  }
-  if (skipped > 0) release_v_after_full(s, RingPosition<kStages>(tile_ring + skipped - 1), releases);
-  const int ring = tile_ring + skipped;
-  const int n_blocks = qb.key_blocks() - skipped, n_last = qb.n_end - 1 - skipped;
+  const int n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
   const AttentionMask& mask = qb.mask;
   const ScoreMod mod = qb.template score_mod<kScoreExtras>(p);
   const Dropout dropout = qb.template dropout<kScoreExtras>(p);
+  const int group_row0 = turns.consumer * 64;
+  const int warp_row0 = group_row0 + warp_in_group * 16;
 
   Sm90ForwardRows<T, Cfg> rows;
   rows.init();
