@@ -58,22 +58,29 @@ class Timer:
         return _events_median_ms(fn, self.warmup_ms, self.rep_ms)
 
 
-def _events_median_ms(fn, warmup_ms, rep_ms):
-    """do_bench's procedure with CUDA events: one call, a 5-run estimate, warm-up runs, then timed runs
-    each after an L2 flush (so inputs that fit in L2 are not timed from the cache)."""
+def _warmed_up_estimate_ms(fn, warmup_ms, before_each=lambda: None):
+    """One call, a 5-run estimate of fn's time (before_each() ahead of each run), then warm-up runs
+    for warmup_ms: do_bench's start. Returns the estimate in ms."""
     fn()
     torch.cuda.synchronize()
-    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(5):
-        flush.zero_()
+        before_each()
         fn()
     end.record()
     torch.cuda.synchronize()
     estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
     for _ in range(max(1, int(warmup_ms / estimate_ms))):
         fn()
+    return estimate_ms
+
+
+def _events_median_ms(fn, warmup_ms, rep_ms):
+    """do_bench's procedure with CUDA events: a warmed-up estimate, then timed runs each after an L2
+    flush (so inputs that fit in L2 are not timed from the cache)."""
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    estimate_ms = _warmed_up_estimate_ms(fn, warmup_ms, flush.zero_)
     count = max(1, int(rep_ms / estimate_ms))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
@@ -94,18 +101,9 @@ BACK_TO_BACK_DESCRIPTION = (f"calls back to back, no flush between them (as torc
 def _back_to_back_ms(fn, warmup_ms, rep_ms):
     """Events around blocks of calls queued one after another: a host-bound call is timed at its host
     rate, a GPU-bound one at its GPU time, as in a training loop. rep_ms is shared among the blocks."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    fn()
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(5):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
-    for _ in range(max(1, int(warmup_ms / estimate_ms))):
-        fn()
+    estimate_ms = _warmed_up_estimate_ms(fn, warmup_ms)
     calls = max(1, int(rep_ms / BACK_TO_BACK_BLOCKS / estimate_ms))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     means = []
     for _ in range(BACK_TO_BACK_BLOCKS):
         torch.cuda.synchronize()
