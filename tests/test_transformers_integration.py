@@ -35,8 +35,8 @@ def tiny_model(kind):
     rotary embeddings, Mistral (the same with a sliding window of 4 keys), or GPT-2 (learned
     positions, biases, MHA)."""
     if kind in ("llama", "mistral"):
-        shape = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                     num_key_value_heads=2, max_position_embeddings=64)
+        shape = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
         if kind == "llama":
             return transformers.LlamaForCausalLM(transformers.LlamaConfig(**shape))
         return transformers.MistralForCausalLM(transformers.MistralConfig(sliding_window=4, **shape))
@@ -157,6 +157,7 @@ def test_packed_sequences(how, device, dtype, counted):
         expected = {}
         for run_dtype in (F64, dtype):
             twin = variant(model, "sdpa", run_dtype, device)
-            expected[run_dtype] = torch.cat([twin(input_ids=ids[:, s:e]).logits[0] for s, e in ((0, 4), (4, 9), (9, 12))])
+            bounds = ((0, 4), (4, 9), (9, 12))
+            expected[run_dtype] = torch.cat([twin(input_ids=ids[:, s:e]).logits[0] for s, e in bounds])
     assert counted["varlen"] == 2 and counted["dense"] == 0
     assert_fa_close("logits", ours, expected[F64], expected[dtype], OUT_FACTOR)
