@@ -153,13 +153,11 @@ struct KeepBits {
   }
 };
 
-// Forward: zeroes the dropped probabilities of a (16*MT queries x 8*NT keys) fragment whose first
-// row is row0 (a multiple of 16) and first column col0 (a multiple of 32); kept ones stay unscaled
-// (the output is scaled by keep_scale once, at the end). For kernels whose MMAs are synchronous
-// (sm80): the bits are used as they are drawn, with no bit mask in between.
+// Forward, on the m16n8 accumulator layout that the definition is written in: a lane's 16
+// elements of a (16 x 32) dropout tile are the bytes of the call of its own virtual lane.
 template <int MT, int NT>
-__device__ __forceinline__ void drop_probs_fwd(float (&probs)[MT][NT][4], const Dropout& d, int row0, int col0,
-                                               int lane) {
+__device__ __forceinline__ void drop_probs_fwd_m16n8(float (&probs)[MT][NT][4], const Dropout& d, int row0, int col0,
+                                                     int lane) {
   static_assert(NT % 4 == 0, "whole 32-key dropout tiles");
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -173,6 +171,70 @@ __device__ __forceinline__ void drop_probs_fwd(float (&probs)[MT][NT][4], const 
         for (int r = 0; r < 4; ++r)
           if (!d.keeps(word_of(bytes, c), r)) probs[mt][4 * tile + c][r] = 0.f;
     }
+}
+
+// How many classes (j % 8) / 2 the columns j of one lane's row take in a dropout tile, counted from
+// the lane's own (acc_col_lane_part): the Philox calls it needs per row and tile.
+__host__ __device__ constexpr int dropout_column_classes() {
+  int classes = 1;
+  for (int r = 0; r < arch::kAccRegs; ++r) {
+    const int cls = arch::acc_col_register_part(r) % 8 / 2 + 1;
+    classes = cls > classes ? cls : classes;
+  }
+  return classes;
+}
+
+// Forward, on any other accumulator layout (CDNA): each element (query i, key j) maps through the
+// definition. A lane's row i needs, per 32-key tile, the calls of virtual lanes
+// 4 (i % 8) + (j % 8) / 2 for the classes of its columns j (acc_col's lane part, even, plus a
+// register part that never carries past a multiple of 8: sm80.cuh, cdna_layout.h), drawn in
+// lockstep; element (i, j) is byte 2 ((i % 16) / 8) + j % 2 of word (j % 32) / 8 of its class's call.
+template <int MT, int NT>
+__device__ __forceinline__ void drop_probs_fwd_mapped(float (&probs)[MT][NT][arch::kAccRegs], const Dropout& d,
+                                                      int row0, int col0, int lane) {
+  constexpr int kAtomsPerTile = kDropoutTileKeys / arch::kAtomN;
+  constexpr int kClasses = dropout_column_classes();
+  static_assert(kDropoutTileKeys % arch::kAtomN == 0 && NT % kAtomsPerTile == 0, "whole 32-key dropout tiles");
+  const int lane_col = arch::acc_col_lane_part(lane);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < arch::kAccRows; ++h) {
+      const int query = row0 + mt * arch::kAtomM + arch::acc_row(lane, arch::acc_value(h, 0));
+      const int byte_row = 2 * ((query % kDropoutTileQueries) / 8);
+#pragma unroll
+      for (int tile = 0; tile < NT / kAtomsPerTile; ++tile) {
+        uint4 calls[kClasses];
+#pragma unroll
+        for (int c = 0; c < kClasses; ++c)
+          calls[c] = d.tile_counter(query / kDropoutTileQueries, col0 / kDropoutTileKeys + tile,
+                                    4 * (query % 8) + lane_col % 8 / 2 + c);
+        d.tile_bytes(calls);
+#pragma unroll
+        for (int a = 0; a < kAtomsPerTile; ++a)
+#pragma unroll
+          for (int j = 0; j < arch::kAccValuesPerRow; ++j) {
+            const int r = arch::acc_value(h, j);
+            const int key = a * arch::kAtomN + lane_col + arch::acc_col_register_part(r);  // within the tile
+            const uint32_t word = word_of(calls[arch::acc_col_register_part(r) % 8 / 2], key / 8);
+            if (!d.keeps(word, byte_row + key % 2)) probs[mt][tile * kAtomsPerTile + a][r] = 0.f;
+          }
+      }
+    }
+}
+
+// Forward: zeroes the dropped probabilities of a (kAtomM*MT queries x kAtomN*NT keys) fragment
+// whose first row is row0 (a multiple of 16) and first column col0 (a multiple of 32); kept ones
+// stay unscaled (the output is scaled by keep_scale once, at the end). For kernels whose MMAs are
+// synchronous (sm80, CDNA): the bits are used as they are drawn, with no bit mask in between.
+template <int MT, int NT>
+__device__ __forceinline__ void drop_probs_fwd(float (&probs)[MT][NT][arch::kAccRegs], const Dropout& d, int row0,
+                                               int col0, int lane) {
+  if constexpr (arch::kAccLayoutIsM16N8) {
+    drop_probs_fwd_m16n8(probs, d, row0, col0, lane);
+  } else {
+    drop_probs_fwd_mapped(probs, d, row0, col0, lane);
+  }
 }
 
 // Forward, for kernels with asynchronous MMAs (sm90): the random bytes of the same fragment as

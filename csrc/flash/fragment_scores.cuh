@@ -11,21 +11,21 @@
 
 namespace flash {
 
-// scores: a (16*MT x 8*NT) tile whose first row is row0 and first column col0 (absolute indices
-// within the sequence). The forward holds S (rows are queries); the backward holds S^T (rows are
-// keys): kRowsAreKeys.
+// scores: a (kAtomM*MT x kAtomN*NT) tile whose first row is row0 and first column col0 (absolute
+// indices within the sequence). The forward holds S (rows are queries); the backward holds S^T
+// (rows are keys): kRowsAreKeys.
 template <bool kRowsAreKeys, int MT, int NT>
-__device__ __forceinline__ void scores_to_logits(float (&scores)[MT][NT][4], const AttentionMask& mask,
+__device__ __forceinline__ void scores_to_logits(float (&scores)[MT][NT][arch::kAccRegs], const AttentionMask& mask,
                                                  const ScoreMod& mod, bool needs_mask, int row0, int col0, int lane) {
   if (!needs_mask && !mod.active()) return;
   // Each fragment row's visible columns, counted from its register's column in atom 0, computed
   // once before the score loop (inside it, ptxas rebuilt them per score, branches and all), so
   // that each score compares a constant.
-  IndexRange visible[MT][4];
+  IndexRange visible[MT][arch::kAccRegs];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < arch::kAccRegs; ++r) {
       const int row = row0 + mt * arch::kAtomM + arch::acc_row(lane, r);
       visible[mt][r] = (kRowsAreKeys ? mask.queries_seeing(row) : mask.keys_seen_by(row))
                            .shifted(-(col0 + arch::acc_col(lane, r)));
@@ -35,7 +35,7 @@ __device__ __forceinline__ void scores_to_logits(float (&scores)[MT][NT][4], con
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
+      for (int r = 0; r < arch::kAccRegs; ++r) {
         const int row = row0 + mt * arch::kAtomM + arch::acc_row(lane, r);
         const int col = col0 + nt * arch::kAtomN + arch::acc_col(lane, r);
         const int query = kRowsAreKeys ? col : row, key = kRowsAreKeys ? row : col;

@@ -29,9 +29,15 @@ struct FwdConfig {
   static constexpr int kNT = kBlockN / arch::kAtomN;    // score atoms per row
   static constexpr int kDT = kHeadDim / arch::kAtomN;   // output atoms per row
   static constexpr int kStride = padded_stride<kHeadDim>();
-  static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kStride * 2;  // Q (then O), K, V
-  static_assert(kWarpRows % arch::kAtomM == 0, "each warp owns whole 16-row atoms");
-  static_assert(kHeadDim % arch::kAtomK == 0 && kBlockN % (2 * arch::kAtomN) == 0, "whole k-steps and atom pairs");
+  // V, the B operand of P.V, as stored: [key][dim] where transposing loads read it so (ldmatrix
+  // .trans), else [dim][key] (CDNA: MFMA operands are k-contiguous), transposed on its way in.
+  static constexpr arch::BLayout kVLayout = arch::kHasTransposingLoads ? arch::BLayout::kKN : arch::BLayout::kNK;
+  static constexpr int kVStride = kVLayout == arch::BLayout::kKN ? kStride : padded_stride<kBlockN>();
+  static constexpr int kVElements = kVLayout == arch::BLayout::kKN ? kBlockN * kStride : kHeadDim * kVStride;
+  static constexpr int kSmemBytes = ((kBlockM + kBlockN) * kStride + kVElements) * 2;  // Q (then O), K, V
+  static_assert(kWarpRows % arch::kAtomM == 0, "each warp owns whole row atoms");
+  static_assert(kHeadDim % arch::kAtomK == 0 && kBlockN % arch::kAtomK == 0 && kBlockN % arch::kAtomN == 0,
+                "whole k-steps of Q.K^T and P.V, whole score atoms");
 };
 
 template <typename Cfg, typename T>
@@ -42,6 +48,19 @@ __device__ __forceinline__ void load_kv_block_async(T* smem, const T* gmem, int6
                                                               seqlen_k - n0, headdim, tid);
 }
 
+// V block n_block into shared memory as Cfg::kVLayout stores it.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void load_v_block_async(T* smem, const T* gmem, int64_t row_stride, int n_block,
+                                                   int seqlen_k, int headdim, int tid) {
+  if constexpr (Cfg::kVLayout == arch::BLayout::kKN) {
+    load_kv_block_async<Cfg>(smem, gmem, row_stride, n_block, seqlen_k, headdim, tid);
+  } else {
+    const int n0 = n_block * Cfg::kBlockN;
+    load_tile_transposed<Cfg::kBlockN, Cfg::kHeadDim, Cfg::kThreads>(smem, gmem + n0 * row_stride, row_stride,
+                                                                     seqlen_k - n0, headdim, tid);
+  }
+}
+
 // kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
 template <typename T, typename Cfg, bool kScoreExtras>
 __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
@@ -50,7 +69,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   T* sQ = reinterpret_cast<T*>(smem);  // (kBlockM, kStride); holds O at the end
   T* sK = sQ + kBlockM * kStride;      // (kBlockN, kStride)
-  T* sV = sK + kBlockN * kStride;      // (kBlockN, kStride)
+  T* sV = sK + kBlockN * kStride;      // (kBlockN, kStride), or (kHeadDim, kVStride) when kVLayout is kNK
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
   record_rng_state(p.dropout, tid);
@@ -69,18 +88,18 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
   arch::cp_async_commit();
 
   const int warp_m0 = warp * Cfg::kWarpRows;  // this warp's first row inside the block
-  float acc[kMT][kDT][4];                     // O rows of this warp: (16*kMT x kHeadDim)
+  float acc[kMT][kDT][arch::kAccRegs];        // O rows of this warp: (kAtomM*kMT x kHeadDim)
   arch::zero_accumulators(acc);
   OnlineSoftmax<kMT> softmax;
   softmax.init();
 
   for (int n_block = qb.n_end - 1; n_block >= qb.n_begin; --n_block) {
-    load_kv_block_async<Cfg>(sV, v, p.v.row_stride, n_block, seqlen_k, headdim, tid);
+    load_v_block_async<Cfg>(sV, v, p.v.row_stride, n_block, seqlen_k, headdim, tid);
     arch::cp_async_commit();
     arch::cp_async_wait<1>();  // Q and K[n_block] have landed
     __syncthreads();
 
-    float scores[kMT][kNT][4];  // S rows of this warp: (16*kMT x kBlockN)
+    float scores[kMT][kNT][arch::kAccRegs];  // S rows of this warp: (kAtomM*kMT x kBlockN)
     arch::zero_accumulators(scores);
     arch::warp_gemm_ss<kMT, kNT, Cfg::kHeadDim / arch::kAtomK, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
         scores, sQ, kStride, warp_m0, sK, kStride, 0, lane);
@@ -89,7 +108,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
                                              m0 + warp_m0, n0, lane);
     softmax.update(scores, acc, p.logit_scale_log2);
     if (dropout.enabled) drop_probs_fwd(scores, dropout, m0 + warp_m0, n0, lane);
-    uint32_t probs[kMT][kNT / 2][4];  // P as A fragments of P.V
+    arch::AFragment<T> probs[kMT][kBlockN / arch::kAtomK];  // P as A fragments of P.V, per k-step
     arch::accumulators_to_a_fragments<T>(probs, scores);
 
     __syncthreads();  // every warp is done reading sK
@@ -98,7 +117,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) fwd_kernel(const FwdParams p) {
     arch::cp_async_wait<1>();  // V[n_block] has landed
     __syncthreads();
 
-    arch::warp_gemm_rs<kMT, kDT, kNT / 2, arch::BLayout::kKN>(acc, probs, sV, kStride, 0, lane);
+    arch::warp_gemm_rs<kMT, kDT, kBlockN / arch::kAtomK, Cfg::kVLayout>(acc, probs, sV, Cfg::kVStride, 0, lane);
     __syncthreads();  // every warp is done reading sV
   }
 

@@ -29,11 +29,12 @@ struct OnlineSoftmax {
       }
   }
 
-  // scores (16*MT x 8*NT logits, -inf where masked) become probabilities exp(scale * (s - m_new))
-  // in place; acc (16*MT x 8*DT), the running P.V, is rescaled by exp(scale * (m_old - m_new)).
+  // scores (kAtomM*MT x kAtomN*NT logits, -inf where masked) become probabilities
+  // exp(scale * (s - m_new)) in place; acc (kAtomM*MT x kAtomN*DT), the running P.V, is rescaled by
+  // exp(scale * (m_old - m_new)).
   // A row with no visible key so far keeps m = -inf, and every exponent is then exp2(-inf) = 0.
   template <int NT, int DT>
-  __device__ __forceinline__ void update(float (&scores)[MT][NT][4], float (&acc)[MT][DT][4], float scale_log2) {
+  __device__ __forceinline__ void update(float (&scores)[MT][NT][arch::kAccRegs], float (&acc)[MT][DT][arch::kAccRegs], float scale_log2) {
     float rescale[MT][arch::kAccRows];
     update_probs(scores, scale_log2, rescale);
     rescale_output(acc, rescale);
@@ -43,7 +44,7 @@ struct OnlineSoftmax {
   // must still be rescaled. Split so that a kernel whose P.V is still in flight on the tensor core
   // can compute these first and rescale once the MMA is done.
   template <int NT>
-  __device__ __forceinline__ void update_probs(float (&scores)[MT][NT][4], float scale_log2,
+  __device__ __forceinline__ void update_probs(float (&scores)[MT][NT][arch::kAccRegs], float scale_log2,
                                                float (&rescale)[MT][arch::kAccRows]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -78,20 +79,20 @@ struct OnlineSoftmax {
   }
 
   template <int DT>
-  __device__ __forceinline__ static void rescale_output(float (&acc)[MT][DT][4],
+  __device__ __forceinline__ static void rescale_output(float (&acc)[MT][DT][arch::kAccRegs],
                                                         const float (&rescale)[MT][arch::kAccRows]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc[mt][dt][r] *= rescale[mt][arch::acc_row_slot(r)];
+        for (int r = 0; r < arch::kAccRegs; ++r) acc[mt][dt][r] *= rescale[mt][arch::acc_row_slot(r)];
   }
 
   // Divides acc by the row sums, times output_scale (dropout's 1 / keep_prob), and returns each
   // row's log-sum-exp (natural log) in lse; a row that saw no key gets acc = 0 and lse = +inf.
   template <int DT>
-  __device__ __forceinline__ void finalize(float (&acc)[MT][DT][4], float scale, float output_scale,
+  __device__ __forceinline__ void finalize(float (&acc)[MT][DT][arch::kAccRegs], float scale, float output_scale,
                                            float (&lse)[MT][arch::kAccRows]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)

@@ -45,6 +45,34 @@ __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t 
   }
 }
 
+// load_tile_async's transposed twin, for a tile that an arch without transposing shared-memory
+// loads (CDNA) reads with k contiguous: rows [0, rows_valid) x cols [0, cols_valid) of a global
+// (kRows x kCols) tile land in column `row` of a shared (kCols x kRows) tile of stride
+// padded_stride<kRows>(), zeros elsewhere. Synchronous, through registers: each thread's 16-byte
+// chunk goes down one shared column as 8 two-byte stores; the caller's barrier publishes them.
+template <int kRows, int kCols, int kThreads, typename T>
+__device__ __forceinline__ void load_tile_transposed(T* smem, const T* gmem, int64_t row_stride, int rows_valid,
+                                                     int cols_valid, int tid) {
+  static_assert(sizeof(T) == 2, "16-bit elements");
+  constexpr int kChunksPerRow = kCols / kElementsPer16B;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr int kStride = padded_stride<kRows>();
+#pragma unroll
+  for (int i = 0; i < ceil_div(kChunks, kThreads); ++i) {
+    const int chunk = tid + i * kThreads;
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * kElementsPer16B;
+    if (kChunks % kThreads == 0 || chunk < kChunks) {
+      const bool valid = row < rows_valid && col < cols_valid;
+      const uint4 v = valid ? *reinterpret_cast<const uint4*>(gmem + row * row_stride + col) : uint4{0, 0, 0, 0};
+      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+      uint16_t* column = reinterpret_cast<uint16_t*>(smem + col * kStride + row);
+#pragma unroll
+      for (int e = 0; e < kElementsPer16B; ++e) column[e * kStride] = static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)));
+    }
+  }
+}
+
 // Copies rows [0, rows_valid) x cols [0, cols_valid) of a (kRows x kCols) shared tile to global.
 template <int kRows, int kCols, int kThreads, typename T>
 __device__ __forceinline__ void store_tile(T* gmem, int64_t row_stride, const T* smem, int rows_valid, int cols_valid,

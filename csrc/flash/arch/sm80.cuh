@@ -229,6 +229,11 @@ __device__ __forceinline__ void release_store(int* counter, int value) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(value) : "memory");
 }
 
+// The accumulator layout is mma.sync's m16n8 C fragment (the one the dropout definition is
+// written in: dropout.cuh), kAccRegs fp32 values per lane and atom.
+constexpr bool kAccLayoutIsM16N8 = true;
+constexpr int kAccRegs = 4;
+
 // Accumulator element r (0..3) of lane `lane` sits at row acc_row(lane, r), col acc_col(lane, r)
 // of its 16x8 tile.
 __device__ __forceinline__ int acc_row(int lane, int r) { return lane / 4 + 8 * (r / 2); }
@@ -245,6 +250,12 @@ __device__ __forceinline__ float row_max(float v) { return quad_max(v); }
 __device__ __forceinline__ float row_sum(float v) { return quad_sum(v); }
 __device__ __forceinline__ bool is_row_leader(int lane) { return lane % 4 == 0; }
 __device__ __forceinline__ int acc_col(int lane, int r) { return 2 * (lane % 4) + (r % 2); }
+
+// acc_col(lane, r) == acc_col_lane_part(lane) + acc_col_register_part(r): an even lane part whose
+// remainder mod 8 plus the register part's stays below 8 (layout-generic code, dropout.cuh, counts
+// on it).
+__device__ __forceinline__ int acc_col_lane_part(int lane) { return 2 * (lane % 4); }
+__host__ __device__ constexpr int acc_col_register_part(int r) { return r % 2; }
 
 }  // namespace arch
 }  // namespace flash

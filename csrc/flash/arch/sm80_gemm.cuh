@@ -20,6 +20,14 @@ constexpr int kAtomK = 16;
 enum class Layout { kRowMajorMK, kColMajorKM };  // A operand storage
 enum class BLayout { kNK, kKN };                 // B operand storage
 
+// ldmatrix.trans reads a "km" / "kn" tile as it is stored; an arch without transposing loads
+// (CDNA) wants such a tile stored the other way round.
+constexpr bool kHasTransposingLoads = true;
+
+// An A operand held in registers for one k-step of kAtomK (P of P.V: accumulators_to_a_fragments).
+template <typename T>
+using AFragment = uint32_t[4];
+
 template <Layout kLayout, typename T>
 __device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], const T* tile, int stride, int m0, int k0, int lane) {
   if constexpr (kLayout == Layout::kRowMajorMK) {
