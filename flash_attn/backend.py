@@ -1,6 +1,7 @@
 """Which implementation serves a call: the Triton backend (flash_attn/triton) where
 flash_attn/triton/ops.py chooses it (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, or float32 CUDA
-tensors), else the op that dispatches to the CUDA kernels or, for CPU tensors, the reference."""
+tensors), else the op that dispatches to the CUDA kernels or, for CPU tensors, the reference.
+float8_e4m3fn inputs have one implementation, the Triton backend's fp8 forward."""
 
 import os
 
@@ -24,3 +25,14 @@ def op_for(q, name):
         raise TypeError("flash_attn: float32 CUDA tensors run the Triton backend, and triton is not installed; "
                         "use float16 or bfloat16, or install triton")
     return getattr(torch.ops.flash_attn, name).default
+
+
+def fp8_forward_op(q):
+    """torch.ops.flash_attn.triton_fwd_fp8.default, or an error saying why it cannot serve q: the CUDA
+    kernels take float16 / bfloat16 only, and the CPU path has no fp8 either."""
+    if triton_ops is None:
+        raise TypeError("flash_attn: float8_e4m3fn inputs run the Triton backend, and triton is not installed")
+    if not triton_ops.runs_on(q):
+        raise TypeError("flash_attn: float8_e4m3fn inputs run the Triton backend, which needs GPU tensors "
+                        "(or, for CPU tensors, Triton's interpreter: TRITON_INTERPRET=1)")
+    return torch.ops.flash_attn.triton_fwd_fp8.default

@@ -5,18 +5,24 @@ Dense tensors are (batch, seqlen, nheads, headdim), varlen ones (total_tokens, n
 with cu_seqlens; float16, bfloat16 or float32.
 CUDA tensors run our kernels (sm80 or newer), float32 ones the Triton backend (flash_attn/triton;
 FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE sends every call there; backend.py chooses); CPU tensors run the exact chunked
-fp32 reference, which is correct but slow.
+fp32 reference, which is correct but slow. float8_e4m3fn inputs (FlashAttention 3's FP8 API: keyword
+arguments q_descale, k_descale, v_descale of flash_attn_func and flash_attn_varlen_func) run the
+Triton backend's forward, with a bfloat16 output; there is no fp8 backward.
 """
 
-from . import backend, paged_prefill, validation
+from . import backend, paged_prefill, validation, validation_fp8
 from .attention_probs import dropout_attention_probs
 from .headdim import pad_headdim, padded_headdim, unpad_headdim
 from .reference import normalize_window
 
 
+NO_DESCALES = (None, None, None)
+
+
 def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-               deterministic, return_attn_probs):
-    """varlen: None for dense tensors, else (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)."""
+               deterministic, return_attn_probs, descales=NO_DESCALES):
+    """varlen: None for dense tensors, else (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+    descales: (q_descale, k_descale, v_descale) of float8_e4m3fn inputs."""
     validation.check_qkv(q, k, v, varlen=varlen is not None)
     if varlen is None:
         batch, seqlen_k = q.shape[0], k.shape[1]
@@ -27,9 +33,16 @@ def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, s
         validation.check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q)
         batch, seqlen_k = cu_seqlens_q.shape[0] - 1, max_seqlen_k
     validation.check_options(dropout_p, window_size, softcap, alibi_slopes, deterministic, q, batch)
+    validation_fp8.check_descales(q, k, descales, batch)
     headdim = q.shape[-1]
     softmax_scale = validation.softmax_scale_or_default(softmax_scale, headdim)
     window_left, window_right = normalize_window(window_size, causal, seqlen_k)
+    if validation_fp8.is_fp8(q):
+        validation_fp8.check_fp8_call(q, dropout_p)
+        out, softmax_lse = backend.fp8_forward_op(q)(
+            q, k, v, *descales, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(softmax_scale),
+            window_left, window_right, float(softcap), alibi_slopes)
+        return (out, softmax_lse, None) if return_attn_probs else out
     headdim_padded = padded_headdim(headdim)
     q, k, v = (pad_headdim(t, headdim_padded) for t in (q, k, v))
     out, softmax_lse, rng_state = backend.op_for(q, "fwd")(
@@ -65,7 +78,8 @@ def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, q_descale=None,
+                    k_descale=None, v_descale=None):
     """softmax(q k^T * softmax_scale [+ modifiers]) v, with dropout on the probabilities.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), with nheads
@@ -82,9 +96,14 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Returns out (batch, seqlen_q, nheads, headdim), or with return_attn_probs=True the tuple
     (out, softmax_lse (batch, nheads, seqlen_q) float32, S_dmask), S_dmask None without dropout
     (see attention_probs.dropout_attention_probs; for testing only).
+
+    fp8 (FlashAttention 3's FP8 API, forward only): q, k, v float8_e4m3fn, and q_descale, k_descale,
+    v_descale float32 (batch, nheads_k) or None (1.0): the attention of q * q_descale, k * k_descale,
+    v * v_descale (each KV head's descale shared by its query heads), out bfloat16; no dropout; runs
+    the Triton backend (a GPU of sm89 or newer, or TRITON_INTERPRET=1 for CPU tensors).
     """
     return _attention(q, k, v, None, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                      deterministic, return_attn_probs)
+                      deterministic, return_attn_probs, (q_descale, k_descale, v_descale))
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -108,7 +127,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None):
+                           deterministic=False, return_attn_probs=False, block_table=None, *, q_descale=None,
+                           k_descale=None, v_descale=None):
     """flash_attn_func over a batch of sequences of different lengths, concatenated.
 
     q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim); cu_seqlens_q / cu_seqlens_k:
@@ -120,13 +140,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     block_table (batch, max_pages) int32: k and v are paged caches (num_pages, page_size, nheads_k,
     headdim), page_size a multiple of 16, sequence b's keys the first cu_seqlens_k[b + 1] -
     cu_seqlens_k[b] positions of its pages (paged prefill: forward only, no dropout, as in FA2).
+    q_descale, k_descale, v_descale: float32 (batch, nheads_k) for float8_e4m3fn q, k, v, as in
+    flash_attn_func (not with block_table).
     """
+    descales = (q_descale, k_descale, v_descale)
     if block_table is not None:
+        validation_fp8.check_descales(q, k, descales, cu_seqlens_q.shape[0] - 1)
         return _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                 softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
                                 block_table)
     return _attention(q, k, v, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), dropout_p, softmax_scale,
-                      causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+                      causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, descales)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,

@@ -125,8 +125,9 @@ def check_qkv(q, k, v, varlen=False):
     rank, dims = (3, "(total_tokens, nheads, headdim)") if varlen else (4, "(batch, seqlen, nheads, headdim)")
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, rank, dims)
-    if q.dtype not in ATTENTION_DTYPES:
-        raise TypeError(f"flash_attn: q has dtype {q.dtype}; supported dtypes are float32, float16 and bfloat16")
+    if q.dtype not in ATTENTION_DTYPES and q.dtype != torch.float8_e4m3fn:  # fp8: validation_fp8.py
+        raise TypeError(f"flash_attn: q has dtype {q.dtype}; supported dtypes are float32, float16 and bfloat16, "
+                        "and float8_e4m3fn for the forward")
     check_last_dim_contiguous("q", q)
     for name, t in (("k", k), ("v", v)):
         check_like_q(name, t, q)

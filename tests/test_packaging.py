@@ -41,7 +41,8 @@ def test_flash_attn_interface_module_path():
 
 
 def test_signatures_match_flash_attention_2():
-    """Argument names, order and defaults as in FlashAttention 2 (2.6+)."""
+    """Argument names, order and defaults as in FlashAttention 2 (2.6+); after them, keyword-only,
+    FlashAttention 3's fp8 descales on flash_attn_func and flash_attn_varlen_func."""
     import inspect
 
     options = ["dropout_p=0.0", "softmax_scale=None", "causal=False", "window_size=(-1, -1)", "softcap=0.0",
@@ -61,8 +62,12 @@ def test_signatures_match_flash_attention_2():
                                     "window_size=(-1, -1)", "softcap=0.0", "rotary_interleaved=True",
                                     "alibi_slopes=None", "num_splits=0", "return_softmax_lse=False"],
     }
+    fp8_keywords = ["q_descale=None", "k_descale=None", "v_descale=None"]
     for name, parameters in expected.items():
-        assert [str(p) for p in inspect.signature(getattr(flash_attn, name)).parameters.values()] == parameters
+        signature = inspect.signature(getattr(flash_attn, name)).parameters.values()
+        assert [str(p) for p in signature if p.kind != p.KEYWORD_ONLY] == parameters
+        keywords = fp8_keywords if name in ("flash_attn_func", "flash_attn_varlen_func") else []
+        assert [str(p) for p in signature if p.kind == p.KEYWORD_ONLY] == keywords
 
 
 def test_ops_are_registered():

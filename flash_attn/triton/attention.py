@@ -5,22 +5,36 @@ varlen, +inf (and output 0) for a query that sees no key.
 
 What it covers: forward and backward, fp32 / fp16 / bf16, causal and local windows, softcap, ALiBi,
 dropout (the masks of csrc/flash/dropout.cuh, from an rng_state (seed, offset) int64 tensor), GQA /
-MQA, varlen; flash_attn/triton/ops.py puts it behind the public functions, and
-flash_attn/triton/kvcache.py runs flash_attn_with_kvcache. Not yet: fp8, autotuning. Without a GPU
-it runs under Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported). Tested
-there (fp32 against fp64, fp16) and on an H100 (tests/test_triton_backend.py; README says which
-cases ran where).
+MQA, varlen; the fp8 e4m3 forward with descales (flash_attn/triton/fp8.py checks its arguments);
+tiles fixed or autotuned (tuning.py). flash_attn/triton/ops.py puts it behind the public functions,
+and flash_attn/triton/kvcache.py runs flash_attn_with_kvcache. Without a GPU it runs under
+Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported). Tested there (fp32
+against fp64, fp16, fp8) and on an H100 (tests/test_triton_*.py; README says which cases ran where).
 """
 
 import torch
 import triton
 
 from .. import dropout as dropout_lib
-from . import kernels
+from . import kernels, tuning
 
-# Tiles: 64 x 64 up to head dim 128, 32 x 32 above it so that the fp32 accumulators of a 256-wide
-# head stay small. An untimed starting point: no tile has been measured yet (autotuning is part of
-# issue #9).
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_OUT_DTYPE = torch.bfloat16  # FlashAttention 3's output dtype for fp8 inputs
+
+# The autotuner's cache key (tuning.py): lengths, heads, head dim and flags, not the batch.
+TUNING_KEY = ("seqlen_q", "seqlen_k", "heads", "group", "headdim", "left", "right", "VARLEN", "HAS_SOFTCAP",
+              "HAS_ALIBI", "HAS_DROPOUT")
+_forward_kernel = tuning.Launcher(kernels.attention_forward_kernel, tuning.FORWARD_TILES, TUNING_KEY,
+                                  tuning.INTERPRETER_TILES["attention"])
+_dkdv_kernel = tuning.Launcher(kernels.attention_backward_dkdv_kernel, tuning.BACKWARD_TILES, TUNING_KEY,
+                               tuning.INTERPRETER_TILES["attention"])
+_dq_kernel = tuning.Launcher(kernels.attention_backward_dq_kernel, tuning.BACKWARD_TILES, TUNING_KEY,
+                             tuning.INTERPRETER_TILES["attention"])
+
+# Fixed tiles: 64 x 64 up to head dim 128, 32 x 32 above it so that the fp32 accumulators of a
+# 256-wide head stay small. An untimed starting point: no tile has been measured yet
+# (FLASH_ATTENTION_TRITON_AMD_AUTOTUNE=TRUE times a list of them, tuning.py).
 def _blocks(headdim_padded):
     return (64, 64) if headdim_padded <= 128 else (32, 32)
 
@@ -51,7 +65,8 @@ class _Problem:
         self.left, self.right = window
         self.softcap = float(softcap)
         self.slopes = None if alibi_slopes is None else alibi_slopes.float().contiguous()
-        self.block_d = max(16, triton.next_power_of_2(self.headdim))
+        # tl.dot's smallest reduction: 16, and 32 for 8-bit operands on NVIDIA GPUs
+        self.block_d = max(32 if q.dtype == FP8_DTYPE else 16, triton.next_power_of_2(self.headdim))
         self.block_m, self.block_n = _blocks(self.block_d)
         self.dtype = q.dtype
         self.dropout_p = float(dropout_p)
@@ -73,10 +88,11 @@ class _Problem:
         return self.slopes, (self.slopes.stride(0) if self.slopes.dim() == 2 else 0)
 
     def query_grid(self):
-        return (triton.cdiv(self.seqlen_q, self.block_m), self.heads, self.batch)
+        """The grid over query blocks, a function of the launch's meta-parameters (the tile may be tuned)."""
+        return lambda meta: (triton.cdiv(self.seqlen_q, meta["BLOCK_M"]), self.heads, self.batch)
 
     def key_grid(self):
-        return (triton.cdiv(self.seqlen_k, self.block_n), self.heads, self.batch)
+        return lambda meta: (triton.cdiv(self.seqlen_k, meta["BLOCK_N"]), self.heads, self.batch)
 
     def tail_args(self, scale):
         keep_scale = 1.0 / (1.0 - self.dropout_p)
@@ -85,31 +101,38 @@ class _Problem:
                 keep_scale)
 
     def meta(self):
-        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_D=self.block_d, VARLEN=self.varlen,
-                    HAS_SOFTCAP=self.softcap > 0, HAS_ALIBI=self.slopes is not None, HAS_DROPOUT=self.dropout_p > 0,
-                    DOT_PRECISION=_dot_precision(self.dtype))
+        """The constexpr flags, and the fixed tile of an untuned launch (tuning.Launcher)."""
+        return dict(BLOCK_D=self.block_d, VARLEN=self.varlen, HAS_SOFTCAP=self.softcap > 0,
+                    HAS_ALIBI=self.slopes is not None, HAS_DROPOUT=self.dropout_p > 0,
+                    DOT_PRECISION=_dot_precision(self.dtype),
+                    fixed_blocks=dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n))
 
 
-def check_tensors(**tensors):
-    """Each given tensor (None: absent) is float32 / float16 / bfloat16 with a contiguous last
-    dimension; errors name the argument."""
+def check_tensors(dtypes=DTYPES, **tensors):
+    """Each given tensor (None: absent) is of one of `dtypes` with a contiguous last dimension;
+    errors name the argument."""
     for name, t in tensors.items():
         if t is None:
             continue
-        if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise TypeError(f"flash_attn Triton backend: {name} must be float32, float16 or bfloat16, got {t.dtype}")
+        if t.dtype not in dtypes:
+            names = [str(d).removeprefix("torch.") for d in dtypes]
+            allowed = " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
+            raise TypeError(f"flash_attn Triton backend: {name} must be {allowed}, got {t.dtype}")
         if t.stride(-1) != 1:
             raise ValueError(f"flash_attn Triton backend: {name} must have a contiguous last dimension")
 
 
 def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
-            cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0, rng_state=None):
+            cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0, rng_state=None, descales=None):
     """(out, lse). window: (left, right) normalized as reference.normalize_window does; rng_state: the
-    (2,) int64 [seed, offset] of the dropout masks (read only with dropout_p > 0)."""
-    check_tensors(q=q, k=k, v=v)
+    (2,) int64 [seed, offset] of the dropout masks (read only with dropout_p > 0). descales: for
+    float8_e4m3fn q, k, v, their (3, batch, heads_k) float32 descales stacked (fp8.py checks and
+    stacks them); out is then bfloat16."""
+    fp8 = descales is not None
+    check_tensors((FP8_DTYPE,) if fp8 else DTYPES, q=q, k=k, v=v)
     pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
                   dropout_p, rng_state)
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, dtype=FP8_OUT_DTYPE if fp8 else q.dtype, device=q.device)
     lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
     lse = torch.full(lse_shape, float("inf"), device=q.device, dtype=torch.float32)
     if pr.varlen:
@@ -117,9 +140,12 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
     if q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0:
         return out.zero_(), lse
     slopes, slope_stride = pr.slope_args(q.device)
-    kernels.attention_forward_kernel[pr.query_grid()](
-        q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, pr.rng_state, *pr.strides(q), *pr.strides(k), *pr.strides(v),
-        *pr.strides(out), *pr.vector_strides(lse), slope_stride, *pr.tail_args(softmax_scale), **pr.meta())
+    descales = descales if fp8 else slopes  # any pointer when unread
+    _forward_kernel(
+        pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, pr.rng_state, descales, *pr.strides(q),
+        *pr.strides(k), *pr.strides(v), *pr.strides(out), *pr.vector_strides(lse), slope_stride,
+        *(descales.stride()[:2] if fp8 else (0, 0)), *pr.tail_args(softmax_scale), IS_FP8=fp8,
+        INTERPRETER_ROUNDING=fp8 and tuning.interpreting(), **pr.meta())
     return out, lse
 
 
@@ -144,13 +170,10 @@ def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.
         slopes, slope_stride = pr.slope_args(q.device)
         common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(dout), *pr.vector_strides(lse),
                   slope_stride)
-        kernels.attention_backward_dkdv_kernel[pr.key_grid()](
-            q, k, v, dout, lse, delta, dk_slices, dv_slices, pr.cu_q, pr.cu_k, slopes, pr.rng_state, *common,
-            *pr.strides(dk_slices), *pr.tail_args(softmax_scale), **pr.meta())
-        kernels.attention_backward_dq_kernel[pr.query_grid()](
-            q, k, v, dout, lse, delta, dq, pr.cu_q, pr.cu_k, slopes, pr.rng_state, *common,
-            *pr.tail_args(softmax_scale),
-            **pr.meta())
+        _dkdv_kernel(pr.key_grid(), q, k, v, dout, lse, delta, dk_slices, dv_slices, pr.cu_q, pr.cu_k, slopes,
+                     pr.rng_state, *common, *pr.strides(dk_slices), *pr.tail_args(softmax_scale), **pr.meta())
+        _dq_kernel(pr.query_grid(), q, k, v, dout, lse, delta, dq, pr.cu_q, pr.cu_k, slopes, pr.rng_state, *common,
+                   *pr.tail_args(softmax_scale), **pr.meta())
     if pr.group == 1:
         return dq, dk_slices, dv_slices
     grouped = (*k.shape[:-2], pr.heads_k, pr.group, pr.headdim)

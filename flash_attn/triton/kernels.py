@@ -7,11 +7,15 @@ scores follow flash_attn/reference.py (FlashAttention 2's order): s = q.k * scal
 then ALiBi, then the window mask (bottom-right aligned; left / right -1 unbounded).
 The exponentials are base 2 with log2(e) folded into the scores. Dropout keeps element (i, j)
 exactly as csrc/flash/dropout.cuh defines it (Philox4x32-7 bytes, the same counters), so a Triton
-and a CUDA run with the same rng_state drop the same elements.
+and a CUDA run with the same rng_state drop the same elements. The forward also takes fp8 e4m3
+inputs with descales (IS_FP8, fp8_kernels.py). Tiles (BLOCK_M, BLOCK_N, warps, stages) are the
+host's or autotuned (tuning.py).
 """
 
 import triton
 import triton.language as tl
+
+from .fp8_kernels import _descaled_scales, _output, _pv_operand
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr: jit functions read only those globals
 
@@ -196,12 +200,15 @@ def _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI: tl.constexpr):
 
 @triton.jit
 def attention_forward_kernel(
-        Q, K, V, Out, Lse, CuQ, CuK, Slopes, Rng,
+        Q, K, V, Out, Lse, CuQ, CuK, Slopes, Rng, Descales,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-        stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
+        stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b, stride_descale_t, stride_descale_b,
         seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
         keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
-        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        IS_FP8: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr):
+    """Out and Lse of one query block. IS_FP8: q, k, v are e4m3 with the descales of Descales
+    (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16)."""
     m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
     m0 = m_block * BLOCK_M
@@ -211,6 +218,10 @@ def attention_forward_kernel(
         kv_head = head // group
         q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh)
         slope = _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI)
+        score_scale, out_scale = scale, keep_scale
+        if IS_FP8:
+            score_scale, out_scale = _descaled_scales(Descales, batch, kv_head, stride_descale_t, stride_descale_b,
+                                                      scale, keep_scale)
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_M,), tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
@@ -219,16 +230,17 @@ def attention_forward_kernel(
             cols = n0 + tl.arange(0, BLOCK_N)
             k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh)
             v = _load_row_block(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs, stride_vh)
-            s, _ = _scores(q, k, rows, cols, len_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP,
+            s, _ = _scores(q, k, rows, cols, len_q, len_k, score_scale, softcap, slope, left, right, HAS_SOFTCAP,
                            HAS_ALIBI, DOT_PRECISION)
             p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i)  # the softmax normalizes before dropout
             if HAS_DROPOUT:
                 p = tl.where(_dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold), p, 0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        out, lse = _normalized_rows(acc, m_i, l_i, keep_scale)
+            acc = acc * alpha[:, None] + tl.dot(_pv_operand(p, v.dtype, INTERPRETER_ROUNDING), v,
+                                                input_precision=DOT_PRECISION)
+        out, lse = _normalized_rows(acc, m_i, l_i, out_scale)
         out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
                                            stride_oh)
-        tl.store(Out + out_offsets, out.to(Out.dtype.element_ty), mask=out_mask)
+        tl.store(Out + out_offsets, _output(out, Out.dtype.element_ty, INTERPRETER_ROUNDING), mask=out_mask)
         tl.store(Lse + batch * stride_lb + head * stride_lh + q_first + rows, lse, mask=rows < len_q)
 
 

@@ -13,16 +13,24 @@ import torch
 import triton
 
 from ..reference_kvcache import cache_capacity
+from . import tuning
 from .attention import _dot_precision, check_tensors
 from .kvcache_kernels import kvcache_append_kernel, kvcache_attention_kernel
 
 APPEND_BLOCK_T = 16
 MAX_AUTO_SPLITS = 16  # num_splits=0 never splits a sequence's keys further
+# The attention kernel's autotuner key (tuning.py); BLOCK_M stays the host's (it follows seqlen_q),
+# BLOCK_N is tuned. The number of splits is chosen with the fixed BLOCK_N: a tuned one only moves
+# the split boundaries (a split past the keys is empty and weighs nothing in the combine).
+TUNING_KEY = ("seqlen_q", "seqlen_new", "capacity", "group", "headdim", "left", "right", "splits", "PAGED",
+              "HAS_SOFTCAP", "HAS_ALIBI", "BLOCK_M")
+_attention_kernel = tuning.Launcher(kvcache_attention_kernel, tuning.KVCACHE_TILES, TUNING_KEY,
+                                    tuning.INTERPRETER_TILES["kvcache"])
 
 
 def _blocks(seqlen_q, block_d):
     """(BLOCK_M, BLOCK_N): 16-row query blocks for decoding (tl.dot's smallest), 64 otherwise;
-    32-key blocks above head dim 128, as the attention kernels' tiles. Not tuned."""
+    32-key blocks above head dim 128, as the attention kernels' tiles. Fixed unless autotuned."""
     return (16 if seqlen_q <= 16 else 64), (64 if block_d <= 128 else 32)
 
 
@@ -85,12 +93,13 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
         slopes = unused.float() if alibi_slopes is None else alibi_slopes.float().contiguous()
         slope_stride = slopes.stride(0) if alibi_slopes is not None and slopes.dim() == 2 else 0
         left, right = window
-        kvcache_attention_kernel[(m_blocks, heads, batch * splits)](
-            q, k_cache, v_cache, out_parts, lse_parts, cache_seqlens, batch_idx, leftpad, table, slopes, cos, sin,
+        _attention_kernel(
+            (m_blocks, heads, batch * splits), q, k_cache, v_cache, out_parts, lse_parts, cache_seqlens, batch_idx,
+            leftpad, table, slopes, cos, sin,
             *q.stride()[:3], *cache_strides, *out_parts.stride()[:4], *lse_parts.stride()[:3], stride_bt, slope_stride,
             cos.stride(0) if has_rotary else 0, seqlen_q, seqlen_new, capacity, slabs, page_size, max_pages,
             heads // heads_k, headdim, rotary_rows, rotary_half, float(softmax_scale), float(softcap), left, right,
-            splits, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, PAGED=paged,
+            splits, BLOCK_M=block_m, fixed_blocks=dict(BLOCK_N=block_n), BLOCK_D=block_d, PAGED=paged,
             HAS_BATCH_IDX=cache_batch_idx is not None, HAS_LEFTPAD=cache_leftpad is not None, HAS_ROTARY=has_rotary,
             INTERLEAVED=bool(rotary_interleaved), ROTARY_PER_TOKEN=left >= 0 or right >= 0,
             HAS_SOFTCAP=softcap > 0, HAS_ALIBI=alibi_slopes is not None, DOT_PRECISION=_dot_precision(q.dtype))

@@ -1,7 +1,8 @@
 """The Triton backend as torch.library ops with flash_attn::fwd / bwd / fwd_kvcache's schemas
 (flash_attn/ops.py): flash_attn::triton_fwd, triton_bwd and triton_fwd_kvcache, with the same fake
 kernels and autograd formula, so that the public functions reach it through the dispatcher
-(flash_attn/backend.py chooses) and torch.compile traces it.
+(flash_attn/backend.py chooses) and torch.compile traces it. flash_attn::triton_fwd_fp8 is the fp8
+forward (fp8.py), with the descales in its schema and an autograd formula that raises.
 
 The public functions choose it (`uses_triton`): for every call when FLASH_ATTENTION_TRITON_AMD_ENABLE
 is "TRUE" (FlashAttention's switch for its Triton backend), and for float32 CUDA tensors otherwise
@@ -14,11 +15,17 @@ import os
 import torch
 
 from .. import ops as flash_ops
-from . import attention, kvcache
+from . import attention, fp8, kvcache
 
 torch.library.define("flash_attn::triton_fwd", flash_ops.FWD_SCHEMA)
 torch.library.define("flash_attn::triton_bwd", flash_ops.BWD_SCHEMA)
 torch.library.define("flash_attn::triton_fwd_kvcache", flash_ops.FWD_KVCACHE_SCHEMA)
+torch.library.define(
+    "flash_attn::triton_fwd_fp8",
+    "(Tensor q, Tensor k, Tensor v, Tensor? q_descale, Tensor? k_descale, Tensor? v_descale, Tensor? cu_seqlens_q, "
+    "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, int window_left, "
+    "int window_right, float softcap, Tensor? alibi_slopes) -> (Tensor, Tensor)",
+)
 
 
 def _window_and_options(window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -65,6 +72,32 @@ def _triton_fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache
                                    rotary_interleaved, alibi_slopes, num_splits)
 
 
+@torch.library.impl("flash_attn::triton_fwd_fp8", "CompositeExplicitAutograd")
+def _triton_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    softmax_scale, window_left, window_right, softcap, alibi_slopes):
+    return fp8.forward_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, (window_left, window_right),
+                           softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+
+
+@torch.library.register_fake("flash_attn::triton_fwd_fp8")
+def _triton_fwd_fp8_fake(q, k, v, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                         max_seqlen_k, softmax_scale, window_left, window_right, softcap, alibi_slopes):
+    _, lse, _ = flash_ops.fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale,
+                                   window_left, window_right, softcap, alibi_slopes, False)
+    return torch.empty(q.shape, dtype=attention.FP8_OUT_DTYPE, device=q.device), lse
+
+
+FP8_BACKWARD_ERROR = ("flash_attn: the float8_e4m3fn forward has no backward (FlashAttention 3 has no fp8 backward "
+                      "either); train with float16 or bfloat16 inputs")
+
+
+def _fp8_backward(ctx, *grads):
+    raise NotImplementedError(FP8_BACKWARD_ERROR)
+
+
+torch.library.register_autograd("flash_attn::triton_fwd_fp8", _fp8_backward,
+                                setup_context=lambda ctx, inputs, output: None)
+
 torch.library.register_fake("flash_attn::triton_fwd")(flash_ops.fwd_fake)
 torch.library.register_fake("flash_attn::triton_fwd_kvcache")(flash_ops.fwd_kvcache_fake)
 torch.library.register_fake("flash_attn::triton_bwd")(flash_ops.bwd_fake)
@@ -74,9 +107,14 @@ torch.library.register_autograd("flash_attn::triton_fwd", flash_ops.backward_thr
 ENABLE_VARIABLE = "FLASH_ATTENTION_TRITON_AMD_ENABLE"
 
 
+def runs_on(q):
+    """Whether this backend can run on q's device: a GPU, or the CPU under Triton's interpreter."""
+    return q.device.type != "cpu" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def uses_triton(q):
     """Whether a call on q runs this backend (see the module's docstring)."""
-    if q.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    if not runs_on(q):
         return False
     if os.environ.get(ENABLE_VARIABLE, "").upper() == "TRUE":
         return True
