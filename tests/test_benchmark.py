@@ -315,6 +315,52 @@ def test_materializing_peers_are_estimated_before_they_run():
     assert all(row.cells[name].status == SKIPPED for row in over_cap.rows for name in ("naive", "math"))
 
 
+needs_triton = pytest.mark.skipif(impls.backend.triton_ops is None, reason="triton is not installed")
+
+
+def _triton_plan():
+    """The tiny plan with the ours-triton column, in fp16: Triton's interpreter misreads bf16 tensors."""
+    return _tiny_plan(impls=("ours", "ours-triton", "flash"), speed=plan_lib.speed_configs(True, ("fp16",), (32,),
+                                                                                           (32,)))
+
+
+@needs_triton
+def test_speed_suite_has_an_ours_triton_column(monkeypatch):
+    """ours-triton runs the public functions on the Triton backend (its forward and backward counted;
+    Triton's interpreter on CPU), gets its own output check against the first peer, is not a peer of
+    ours, and leaves the switch as it found it."""
+    from flash_attn.triton import attention
+
+    monkeypatch.delenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", raising=False)
+    calls = []
+    for name in ("forward", "backward"):
+        real = getattr(attention, name)
+        monkeypatch.setattr(attention, name,
+                            lambda *a, _real=real, _name=name, **kw: calls.append(_name) or _real(*a, **kw))
+    suite = suites.run_speed(_cpu_bench(), _triton_plan())
+    assert suite.columns == ["ours", "ours-triton", "flash"] and suite.peers == ["flash"]
+    for row in suite.rows:
+        assert row.cells["ours-triton"].status == OK, row.cells["ours-triton"].note
+        assert row.ratios["best_peer"] == "flash"
+    fwd = [row for row in suite.rows if row.config["pass"] == "fwd"]
+    assert all(row.extra["ours_triton_max_abs_diff"] < 0.01 and row.extra["ours_max_abs_diff"] < 0.01 for row in fwd)
+    assert "forward" in calls and "backward" in calls
+    assert "FLASH_ATTENTION_TRITON_AMD_ENABLE" not in os.environ
+    table = report.suite_table(suite)
+    assert "ours (triton)" in table and "max abs diff, ours (triton) vs first peer" in table
+
+
+@needs_triton
+def test_ours_triton_never_times_another_path(monkeypatch):
+    """Where the Triton backend cannot take the tensors (CPU tensors outside the interpreter), the
+    column is an error, not the CPU path's time under Triton's name."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    suite = suites.run_speed(_cpu_bench(), _triton_plan())
+    assert all(row.cells["ours-triton"].status == ERROR and "Triton backend does not take cpu tensors"
+               in row.cells["ours-triton"].note for row in suite.rows)
+    assert all(row.cells["ours"].status == OK for row in suite.rows)
+
+
 def test_speedup_memory_and_decode_suites_on_cpu():
     bench, plan = _cpu_bench(), _tiny_plan()
     speedup = suites.run_speedup(bench, plan)

@@ -61,7 +61,8 @@ class Suite:
 
     @property
     def peers(self):
-        return [name for name in self.columns if name not in self.ours]
+        """The other implementations: neither in `ours` nor one of our own variants (ours-*)."""
+        return [name for name in self.columns if name not in self.ours and not name.startswith("ours")]
 
 
 def advantage(ours, peer, higher_is_better):

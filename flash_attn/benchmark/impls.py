@@ -1,4 +1,5 @@
-"""The attention implementations compared: ours, SDPA's backends, naive PyTorch, FlexAttention.
+"""The attention implementations compared: ours (and ours on the Triton backend), SDPA's backends,
+naive PyTorch, FlexAttention.
 
 Every training forward takes q, k, v as (batch, seqlen, nheads, headdim) and returns the output in
 that layout. SDPA-based ones are handed transposed views (batch, nheads, seqlen, headdim), not copies,
@@ -11,6 +12,7 @@ headdim), a key padding mask (batch, seqlen), True for kept tokens, and a dropou
 
 import contextlib
 import functools
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -18,13 +20,14 @@ import torch
 import torch.nn.functional as F
 
 import flash_attn
-from flash_attn import bert_padding, ops
+from flash_attn import backend, bert_padding, ops
 
 LABELS = {
     "ours": "ours",
     "ours-kvcache": "ours (kvcache)",
     "ours-paged16": "ours (paged 16)",
     "ours-paged256": "ours (paged 256)",
+    "ours-triton": "ours (triton)",
     "flash": "sdpa-flash",
     "sdpa": "sdpa (auto backend)",
     "cudnn": "sdpa-cudnn",
@@ -33,8 +36,11 @@ LABELS = {
     "naive": "naive",
     "flex": "flex",
 }
-TRAINING_IMPLS = ("ours", "flash", "cudnn", "efficient", "math", "naive", "flex")
-DEFAULT_TRAINING_IMPLS = ("ours", "flash", "cudnn", "efficient", "math", "naive")  # flex compiles per shape: opt-in
+TRAINING_IMPLS = ("ours", "ours-triton", "flash", "cudnn", "efficient", "math", "naive", "flex")
+# flex compiles per shape, ours-triton its kernels per (head dim, mask) on first use: both opt-in
+DEFAULT_TRAINING_IMPLS = ("ours", "flash", "cudnn", "efficient", "math", "naive")
+# The switch the public functions read per call (flash_attn/backend.py): every attention call to Triton.
+TRITON_SWITCH = (("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE"),)
 FLEX_RECOMPILE_LIMIT = 256  # above the full set's 72 shapes x 2 masks
 
 
@@ -46,17 +52,22 @@ def label(name):
 class Impl:
     """forward(q, k, v, causal) -> out. backend: the SDPBackend pinned with sdpa_kernel, or None.
     materializes: holds (batch, nheads, seqlen_q, seqlen_k) scores, so its memory is estimated before
-    it runs; upcasts: those scores are float32 (SDPA's MATH backend upcasts half inputs)."""
+    it runs; upcasts: those scores are float32 (SDPA's MATH backend upcasts half inputs);
+    environment: (variable, value) pairs set while it is timed (ours-triton's switch)."""
 
     name: str
     forward: Callable
     backend: object = None
     materializes: bool = False
     upcasts: bool = False
+    environment: tuple = ()
 
     def context(self):
-        """The SDPA backend selection, entered around the timing loop (not per call) so its cost stays
-        out of the numbers; backward kernels are chosen by the forward, inside the same context."""
+        """The SDPA backend selection or the environment, entered around the timing loop (not per call)
+        so its cost stays out of the numbers; backward kernels are chosen by the forward, inside the
+        same context."""
+        if self.environment:
+            return _environment(self.environment)
         if self.backend is None:
             return contextlib.nullcontext()
         from torch.nn.attention import sdpa_kernel
@@ -67,9 +78,34 @@ class Impl:
         return 4 if self.upcasts else dtype.itemsize
 
 
+@contextlib.contextmanager
+def _environment(pairs):
+    """The variables of `pairs` set, and restored (or removed) on exit."""
+    previous = {name: os.environ.get(name) for name, _ in pairs}
+    os.environ.update(dict(pairs))
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _check_ours_ready(q):
     if q.is_cuda and not ops.has_cuda_kernels():
         raise RuntimeError(ops.cuda_kernels_unavailable_reason())
+
+
+def _check_triton_serves(q):
+    """The Triton backend is installed and takes this call (under TRITON_SWITCH; CPU tensors only
+    under TRITON_INTERPRET=1), so that the column never times another path under its name."""
+    if backend.triton_ops is None:
+        raise RuntimeError("triton is not installed: the Triton backend is unavailable")
+    if not backend.triton_ops.uses_triton(q):
+        raise RuntimeError(f"the Triton backend does not take {q.device.type} tensors here "
+                           "(CPU tensors need TRITON_INTERPRET=1)")
 
 
 def _public_function(name):
@@ -95,6 +131,13 @@ def ours_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 
 def ours_forward(q, k, v, causal):
     return ours_attention(q, k, v, causal=causal)
+
+
+def ours_triton_forward(q, k, v, causal):
+    """flash_attn_func on the Triton backend: its Impl sets TRITON_SWITCH around the timing loop, and
+    the backward follows the forward's op (flash_attn::triton_bwd)."""
+    _check_triton_serves(q)
+    return flash_attn.flash_attn_func(q, k, v, causal=causal)
 
 
 def sdpa_forward(q, k, v, causal, enable_gqa=False, dropout_p=0.0):
@@ -164,6 +207,8 @@ def training_impl(name):
     """The Impl called `name` (one of TRAINING_IMPLS)."""
     if name == "ours":
         return Impl(name, ours_forward)
+    if name == "ours-triton":
+        return Impl(name, ours_triton_forward, environment=TRITON_SWITCH)
     if name == "naive":
         return Impl(name, naive_forward, materializes=True)
     if name == "flex":

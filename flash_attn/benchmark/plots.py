@@ -13,7 +13,8 @@ HEADER_INCHES = 0.95  # room above a grid of subplots for a two-line title and a
 # One colour per implementation in every plot, ours in black so it stands out.
 # Our decode variants are greys (kvcache, paged 16, paged 256 from dark to light).
 COLORS = {"ours": "black", "ours-kvcache": "dimgray", "ours-paged16": "darkgray", "ours-paged256": "lightgray",
-          "flash": "C0", "cudnn": "C1", "efficient": "C2", "math": "C3", "naive": "C4", "flex": "C5", "sdpa": "C6"}
+          "ours-triton": "C7", "flash": "C0", "cudnn": "C1", "efficient": "C2", "math": "C3", "naive": "C4",
+          "flex": "C5", "sdpa": "C6"}
 
 
 def load_pyplot():

@@ -74,14 +74,22 @@ def _time_training(bench, impl, q, k, v, dout, causal, shape):
     return cells, kept.get("out")
 
 
+def _diff_key(name):
+    """The Row.extra key of an implementation's output difference: ours_max_abs_diff, ours_triton_max_abs_diff."""
+    return name.replace("-", "_") + "_max_abs_diff"
+
+
 def _output_difference(outputs, columns):
-    """max |ours - peer| over the forward output, against the first peer (in column order) that ran:
-    a kernel that returns wrong numbers must not pass as a fast one."""
-    reference = next((name for name in columns if name != "ours" and name in outputs), None)
-    if "ours" not in outputs or reference is None:
+    """max |ours - peer| over the forward output of each of our implementations (ours, ours-triton),
+    against the first peer (in column order) that ran: a kernel that returns wrong numbers must not
+    pass as a fast one."""
+    reference = next((name for name in columns if not name.startswith("ours") and name in outputs), None)
+    ours = [name for name in columns if name.startswith("ours") and name in outputs]
+    if not ours or reference is None:
         return {}
-    diff = (outputs["ours"].float() - outputs[reference].float()).abs().max().item()
-    return {"ours_max_abs_diff": diff, "diff_reference": impl_lib.label(reference)}
+    diffs = {_diff_key(name): (outputs[name].float() - outputs[reference].float()).abs().max().item()
+             for name in ours}
+    return {**diffs, "diff_reference": impl_lib.label(reference)}
 
 
 def _speed_rows(bench, impls, cfg, shape, cap_bytes):
@@ -110,16 +118,22 @@ def run_speed(bench, plan):
     """TFLOP/s of forward, backward and forward+backward on the training shapes (hidden 2048,
     batch = 16k / seqlen), ours against every SDPA backend, naive attention and optional FlexAttention."""
     impls = [impl_lib.training_impl(name) for name in plan.impls]
+    ours = [name for name in plan.impls if name.startswith("ours")]
     suite = Suite(
         "speed", "Training attention speed (TFLOP/s, higher is better)", "TFLOP/s", True,
         columns=list(plan.impls), ours=["ours"],
         config_keys=["dtype", "headdim", "causal", "seqlen", "batch", "nheads", "pass"],
-        extra_columns=[("ours_max_abs_diff", "max abs diff, ours vs first peer", 4)],
+        extra_columns=[(_diff_key(name), f"max abs diff, {impl_lib.label(name)} vs first peer", 4) for name in ours],
     )
     suite.notes.append(f"Passes: fwd, bwd (autograd.grad over a retained graph), fwd+bwd; passes are counted as "
                        f"2.5 and 3.5 forwards; causal FLOPs are halved. Shapes: nheads = {plan.hidden} / headdim, "
                        f"batch = {plan.tokens} / seqlen. Max abs diff: ours' forward output against the first peer "
                        f"that ran, in column order (a wrong kernel must not pass as a fast one).")
+    if "ours-triton" in plan.impls:
+        suite.notes.append("ours (triton): the same public functions with FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE "
+                           "(flash_attn/triton), fixed tiles unless FLASH_ATTENTION_TRITON_AMD_AUTOTUNE=TRUE was set "
+                           "for the run; its first call per (head dim, mask) compiles inside the warm-up. It is "
+                           "not a peer: ours / best peer compares the CUDA kernels with the others.")
 
     def run_one(cfg):
         shape = training_shape(cfg.seqlen, cfg.headdim, plan.hidden, plan.tokens)
