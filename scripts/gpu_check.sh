@@ -6,8 +6,8 @@
 #   PYTEST_ARGS="-k fwd" BENCH_ARGS="--suite speed" scripts/gpu_check.sh
 #   STAGES="sweep" scripts/gpu_check.sh  # tile sweep only (benchmarks/experiments/tile_sweep.cu)
 #   STAGES="build sanitize" scripts/gpu_check.sh  # compute-sanitizer memcheck of the varlen and kvcache bad-metadata tests
-#   STAGES="triton" scripts/gpu_check.sh  # the Triton backend's tests alone (no build needed): ~11 s a case on
-#     an H100, mostly kernel compilation, so the test stage leaves that file to this stage
+#   STAGES="triton" scripts/gpu_check.sh  # the Triton backend's tests alone (tests/test_triton_*.py, no build
+#     needed): ~11 s a case on an H100, mostly kernel compilation, so the test stage leaves those files to this stage
 #   STAGES="sweep" SWEEP_ARGS="64 8192 0;128 2048 1" scripts/gpu_check.sh
 #   STAGES="build ab" AB_SCRIPT=benchmarks/experiments/scheduler_ab.py scripts/gpu_check.sh
 #     before/after: builds the baseline tree in ./old_tree (an ignored export of the commit before,
@@ -66,11 +66,11 @@ if [[ $STAGES == *build* ]]; then
 fi
 if [[ $STAGES == *test* ]]; then
   stage test python3 -m pytest -q --maxfail=10 --durations=15 -p no:cacheprovider tests \
-    --ignore=tests/test_triton_backend.py ${PYTEST_ARGS:-}
+    --ignore-glob='tests/test_triton_*.py' ${PYTEST_ARGS:-}
   tail -n 40 /tmp/.stage.log
 fi
 if [[ $STAGES == *triton* ]]; then
-  stage triton python3 -m pytest -q --maxfail=10 -p no:cacheprovider tests/test_triton_backend.py ${PYTEST_ARGS:-}
+  stage triton python3 -m pytest -q --maxfail=10 -p no:cacheprovider tests/test_triton_*.py ${PYTEST_ARGS:-}
   tail -n 20 /tmp/.stage.log
 fi
 if [[ $STAGES == *sanitize* ]]; then  # memcheck: no kernel reads or writes outside its tensors
