@@ -1,20 +1,27 @@
-"""Checks a CDNA compile of hip/probe_attention_block.hip from its ISA and resource report.
+"""Checks a CDNA compile from its ISA and resource report: the probe kernels of
+hip/probe_attention_block.hip and the forward kernels of hip/fwd_kernels_cdna.hip.
 
-    python hip/check_isa.py --target gfx90a --isa probe-...-gfx90a.s --remarks remarks.txt [--markdown]
+    python hip/check_isa.py --target gfx90a --isa X-hip-amdgcn-amd-amdhsa-gfx90a.s --remarks remarks.txt [--markdown]
 
 --isa is the `.s` that `--save-temps` leaves, --remarks the compiler's stderr with
-`-Rpass-analysis=kernel-resource-usage`. For every kernel it asserts: the MFMA instruction of its
-element type and atom, in the target's spelling, and no other MFMA; 8-byte LDS reads for the
-operands; no flat memory instructions (an LDS pointer the compiler lost track of); no scratch and no
-spills; LDS <= 64 KiB. Prints one table row per kernel (SGPR, VGPR, AGPR, scratch, spills,
-occupancy, LDS) and exits 1 if a check fails.
+`-Rpass-analysis=kernel-resource-usage`. For every kernel it recognizes it asserts: the MFMA
+instruction of its element type and atom, in the target's spelling, and no other MFMA; 8-byte LDS
+reads for the operands; no flat memory instructions (a pointer whose address space the compiler
+lost: an LDS one, or a value it copied to scratch); no scratch and no VGPR spills; LDS (static plus
+dynamic) <= 64 KiB. SGPR spills are reported, not failed: with no scratch they sit in VGPR lanes
+(v_writelane / v_readlane); the forward's score-extras kernels have them (a partial block's mask
+compares, 2 SGPRs each, which the scheduler hoists). The forward's dynamic LDS is read from the
+fwd_lds_<head dim>_<block m>_<block n>_<warps> constants that hip/fwd_kernels_cdna.hip leaves in
+the ISA. Prints one table row per kernel (SGPR, VGPR, AGPR, scratch, spills, occupancy from the
+report and as the LDS allows it, LDS) and exits 1 if a check fails.
 """
 
 import argparse
 import re
 import sys
 
-LDS_LIMIT = 65536
+LDS_LIMIT = 65536  # per workgroup, and per CU on gfx90a and gfx942
+SIMDS_PER_CU = 4
 
 # Mnemonic stems per (element type, atom); gfx90a spells bf16 `_1k`, gfx940/942 put `_` before the type.
 _MFMA_STEMS = {("fp16", "32x32x8"): ("32x32x8", "f16"), ("bf16", "32x32x8"): ("32x32x8", "bf16"),
@@ -27,15 +34,35 @@ _RESOURCE_FIELDS = {
 }
 _REMARK = re.compile(r"(Function Name|" + "|".join(re.escape(k) for k in _RESOURCE_FIELDS) +
                      r"): (\S+) \[-Rpass-analysis=kernel-resource-usage\]")
-_KERNEL_NAME = re.compile(r"probe_attention_(fp16|bf16)_(\d+x\d+x\d+)$")
+_PROBE_NAME = re.compile(r"probe_attention_(fp16|bf16)_(\d+x\d+x\d+)$")
+PROBE_WAVES = 4  # hip/probe_attention_block.hip kWaves
+# flash::fwd_kernel<T, flash::FwdConfig<head dim, block m, block n, warps>, kScoreExtras> as mangled
+_FWD_NAME = re.compile(r"_ZN5flash10fwd_kernelI(\w+?)NS_9FwdConfigILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEELb([01])EEE"
+                       r"vNS_9FwdParamsE$")
+_ELEMENT_TYPES = {"6__half": "fp16", "12hip_bfloat16": "bf16", "14__hip_bfloat16": "bf16"}
+FWD_ATOM = "32x32x8"  # csrc/flash/arch/cdna_gemm.cuh FragmentAtom
+_DYNAMIC_LDS = re.compile(r"^(fwd_lds_\d+_\d+_\d+_\d+):[^\n]*\n\s*\.long\s+(\d+)", re.MULTILINE)
+
+
+def kernel_spec(kernel):
+    """{label, dtype, atom, waves, tile} of a probe or forward kernel; None for any other function."""
+    match = _PROBE_NAME.match(kernel)
+    if match:
+        return dict(label=kernel, dtype=match.group(1), atom=match.group(2), waves=PROBE_WAVES, tile=None)
+    match = _FWD_NAME.match(kernel)
+    if match is None or match.group(1) not in _ELEMENT_TYPES:
+        return None
+    dtype, tile, extras = _ELEMENT_TYPES[match.group(1)], tuple(int(g) for g in match.groups()[1:5]), match.group(6)
+    label = f"fwd_{dtype}_hd{tile[0]}_m{tile[1]}n{tile[2]}w{tile[3]}" + ("_extras" if extras == "1" else "")
+    return dict(label=label, dtype=dtype, atom=FWD_ATOM, waves=tile[3], tile=tile)
 
 
 def expected_mfma(kernel, target):
-    """The one MFMA mnemonic kernel `probe_attention_<dtype>_<atom>` must use on target."""
-    match = _KERNEL_NAME.match(kernel)
-    if match is None:
-        raise ValueError(f"not a probe kernel name: {kernel}")
-    shape, element = _MFMA_STEMS[(match.group(1), match.group(2))]
+    """The one MFMA mnemonic a probe or forward kernel must use on target."""
+    spec = kernel_spec(kernel)
+    if spec is None:
+        raise ValueError(f"not a probe or forward kernel name: {kernel}")
+    shape, element = _MFMA_STEMS[(spec["dtype"], spec["atom"])]
     if target == "gfx90a":
         return f"v_mfma_f32_{shape}{element}" + ("_1k" if element == "bf16" else "")
     if target in ("gfx940", "gfx941", "gfx942"):
@@ -75,8 +102,27 @@ def kernel_bodies(isa_text):
     return bodies
 
 
-def check_kernel(kernel, target, mnemonics, resources):
-    """Failure messages for one kernel (empty when it passes)."""
+def dynamic_lds(isa_text):
+    """{tile (head dim, block m, block n, warps): bytes} from the fwd_lds_* constants in the ISA."""
+    return {tuple(int(x) for x in name.split("_")[2:]): int(value) for name, value in _DYNAMIC_LDS.findall(isa_text)}
+
+
+def lds_bytes(kernel, resources, dynamic):
+    """Static LDS of the report plus the forward's dynamic LDS; None when a forward tile has no constant."""
+    tile = kernel_spec(kernel)["tile"]
+    extra = 0 if tile is None else dynamic.get(tile)
+    return None if extra is None else resources.get("lds", 0) + extra
+
+
+def lds_occupancy(kernel, lds):
+    """Waves per SIMD that the LDS admits: whole workgroups per CU, spread over its SIMDs."""
+    if not lds:
+        return None
+    return LDS_LIMIT // lds * kernel_spec(kernel)["waves"] / SIMDS_PER_CU
+
+
+def check_kernel(kernel, target, mnemonics, resources, lds=0):
+    """Failure messages for one kernel (empty when it passes); lds: its static plus dynamic LDS bytes."""
     failures = []
     wanted = expected_mfma(kernel, target)
     mfma = {m for m in mnemonics if m.startswith("v_mfma")}
@@ -89,26 +135,30 @@ def check_kernel(kernel, target, mnemonics, resources):
     flat = sorted({m for m in mnemonics if m.startswith(("flat_", "scratch_"))})
     if flat:
         failures.append(f"{kernel}: flat / scratch instructions {flat}")
-    for field in ("scratch", "sgpr_spill", "vgpr_spill"):
+    for field in ("scratch", "vgpr_spill"):
         if resources.get(field, 0) != 0:
             failures.append(f"{kernel}: {field} = {resources[field]}")
-    if resources.get("lds", 0) > LDS_LIMIT:
-        failures.append(f"{kernel}: LDS {resources['lds']} > {LDS_LIMIT}")
+    lds = max(lds or 0, resources.get("lds", 0))
+    if lds > LDS_LIMIT:
+        failures.append(f"{kernel}: LDS {lds} > {LDS_LIMIT}")
     return failures
 
 
-def table_rows(target, kernels, bodies, resources):
+def table_rows(target, kernels, bodies, resources, dynamic):
     rows = []
     for kernel in kernels:
         r, mfma = resources[kernel], expected_mfma(kernel, target)
         count = bodies.get(kernel, []).count(mfma)
-        rows.append([kernel, target, f"{mfma} x{count}", r.get("sgpr"), r.get("vgpr"), r.get("agpr"), r.get("scratch"),
-                     f"{r.get('sgpr_spill')}/{r.get('vgpr_spill')}", r.get("occupancy"), r.get("lds")])
+        lds = lds_bytes(kernel, r, dynamic)
+        with_lds = lds_occupancy(kernel, lds)
+        rows.append([kernel_spec(kernel)["label"], target, f"{mfma} x{count}", r.get("sgpr"), r.get("vgpr"), r.get("agpr"),
+                     r.get("scratch"), f"{r.get('sgpr_spill')}/{r.get('vgpr_spill')}", r.get("occupancy"),
+                     None if with_lds is None else f"{with_lds:g}", lds])
     return rows
 
 
 HEADER = ["kernel", "target", "MFMA (count)", "SGPR", "VGPR", "AGPR", "scratch B/lane", "spills SGPR/VGPR",
-          "occupancy waves/SIMD", "LDS B"]
+          "occupancy waves/SIMD", "with LDS", "LDS B"]
 
 
 def format_table(rows, markdown):
@@ -129,14 +179,18 @@ def main(argv=None):
     parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     args = parser.parse_args(argv)
     with open(args.isa, encoding="utf-8") as f:
-        bodies = kernel_bodies(f.read())
+        isa = f.read()
+    bodies, dynamic = kernel_bodies(isa), dynamic_lds(isa)
     with open(args.remarks, encoding="utf-8") as f:
         resources = parse_resources(f.read())
-    kernels = sorted(k for k in resources if _KERNEL_NAME.match(k))
-    failures = [] if kernels else ["no probe kernel in the resource report"]
+    kernels = sorted((k for k in resources if kernel_spec(k)), key=lambda k: kernel_spec(k)["label"])
+    failures = [] if kernels else ["no probe or forward kernel in the resource report"]
     for kernel in kernels:
-        failures += check_kernel(kernel, args.target, bodies.get(kernel, []), resources[kernel])
-    print(format_table(table_rows(args.target, kernels, bodies, resources), args.markdown))
+        lds = lds_bytes(kernel, resources[kernel], dynamic)
+        if lds is None:
+            failures.append(f"{kernel}: no fwd_lds_* constant for its tile in the ISA")
+        failures += check_kernel(kernel, args.target, bodies.get(kernel, []), resources[kernel], lds or 0)
+    print(format_table(table_rows(args.target, kernels, bodies, resources, dynamic), args.markdown))
     for failure in failures:
         print(f"FAIL {args.target} {failure}", file=sys.stderr)
     return 1 if failures else 0

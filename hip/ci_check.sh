@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # CI stage for AMD (issue #11), on a CPU-only Debian 12 machine: hipify csrc/flash into build/hip,
-# compile the CDNA probe (hip/probe_attention_block.hip) and the arch layer's compile-only coverage
-# (tests/hip/cdna_api_compile.hip) against that tree for
+# compile the CDNA probe (hip/probe_attention_block.hip), the sm80-family forward
+# (hip/fwd_kernels_cdna.hip: fwd_kernel.cuh for fp16 / bf16, head dims 64 / 128, plain and
+# score-extras) and the arch layer's compile-only coverage (tests/hip/cdna_api_compile.hip) against
+# that tree for
 #   gfx90a (MI200) with Debian's hipcc (ROCm 5.2, clang 15), and
 #   gfx942 (MI300) with clang-19, which knows gfx942, on the same ROCm 5.2 headers and device
 #   libraries plus an oclc_isa_version_942.bc that Debian lacks,
-# then check the ISA and resource report of every kernel (hip/check_isa.py). Run from .ci/run with
-# the venv active (hipify is torch's); PYTHON overrides the interpreter.
+# then check the ISA and resource report of every probe and forward kernel (hip/check_isa.py). Run
+# from .ci/run with the venv active (hipify is torch's); PYTHON overrides the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 python=${PYTHON:-python}
 out=$PWD/build/hip
 probe=$PWD/hip/probe_attention_block.hip
+forward=$PWD/hip/fwd_kernels_cdna.hip
 api_coverage=$PWD/tests/hip/cdna_api_compile.hip
 
 install_toolchain() {
@@ -50,21 +53,35 @@ make_gfx942_device_libs() {
 flags=(-O3 -std=c++17 -I "$out" -D__HIP_PLATFORM_AMD__=1 -DUSE_ROCM=1 -D__HIP_NO_HALF_OPERATORS__=1
        -D__HIP_NO_HALF_CONVERSIONS__=1)
 
-# compile TARGET COMMAND...: the probe in $out/TARGET (where --save-temps leaves the .s), its
-# resource remarks to a file; then the arch layer's compile-only coverage (device code only).
+# compile_checked TARGET SOURCE COMMAND...: SOURCE in $out/TARGET (where --save-temps leaves the
+# .s), its resource remarks to <source name>.remarks.txt.
+compile_checked() {
+  local target=$1 source=$2
+  shift 2
+  local name
+  name=$(basename "$source" .hip)
+  (cd "$out/$target" && "$@" "${flags[@]}" --save-temps -Rpass-analysis=kernel-resource-usage -c "$source" \
+    -o "$name.o" 2> "$name.remarks.txt") || { cat "$out/$target/$name.remarks.txt"; exit 1; }
+}
+
+# compile TARGET COMMAND...: the probe and the forward, then the arch layer's compile-only coverage
+# (device code only).
 compile() {
   local target=$1
   shift
   mkdir -p "$out/$target"
-  (cd "$out/$target" && "$@" "${flags[@]}" --save-temps -Rpass-analysis=kernel-resource-usage -c "$probe" \
-    -o probe.o 2> remarks.txt) || { cat "$out/$target/remarks.txt"; exit 1; }
+  compile_checked "$target" "$probe" "$@"
+  compile_checked "$target" "$forward" "$@"
   "$@" "${flags[@]}" --cuda-device-only -c "$api_coverage" -o "$out/$target/cdna_api_compile.o"
 }
 
 check() {
-  local target=$1
-  "$python" hip/check_isa.py --target "$target" --remarks "$out/$target/remarks.txt" \
-    --isa "$out/$target/probe_attention_block-hip-amdgcn-amd-amdhsa-$target.s"
+  local target=$1 source name
+  for source in "$probe" "$forward"; do
+    name=$(basename "$source" .hip)
+    "$python" hip/check_isa.py --target "$target" --remarks "$out/$target/$name.remarks.txt" \
+      --isa "$out/$target/$name-hip-amdgcn-amd-amdhsa-$target.s"
+  done
 }
 
 install_toolchain
@@ -80,4 +97,4 @@ compile gfx90a hipcc --offload-arch=gfx90a
 compile gfx942 clang++-19 -x hip --offload-arch=gfx942 --hip-path=/usr --rocm-device-lib-path="$out/device-libs-gfx942"
 check gfx90a
 check gfx942
-echo "== hip: probe compiled and checked for gfx90a and gfx942: $((SECONDS - start)) s"
+echo "== hip: probe and forward compiled and checked for gfx90a and gfx942: $((SECONDS - start)) s"

@@ -1,6 +1,7 @@
 """The AMD side on a CPU machine: the CDNA lane maps (csrc/flash/arch/cdna_layout.h) compiled with g++
 against AMD.md's layouts, the hipify step (hip/hipify_sources.py) and the ISA checker
-(hip/check_isa.py). Compiling the probe kernel for gfx90a / gfx942 is CI's hip/ci_check.sh."""
+(hip/check_isa.py). Compiling the probe kernel and the forward for gfx90a / gfx942 is CI's
+hip/ci_check.sh."""
 
 import hashlib
 import importlib.util
@@ -167,6 +168,51 @@ probe_attention_bf16_32x32x8:           ; @probe_attention_bf16_32x32x8
 \tv_mfma_f32_32x32x8f16 a[0:15], v[0:1], v[2:3], a[0:15]
 .Lfunc_end1:
 """
+
+
+_FWD_FP16 = "_ZN5flash10fwd_kernelI6__halfNS_9FwdConfigILi64ELi128ELi128ELi4EEELb0EEEvNS_9FwdParamsE"
+_FWD_BF16 = "_ZN5flash10fwd_kernelI12hip_bfloat16NS_9FwdConfigILi128ELi128ELi32ELi4EEELb1EEEvNS_9FwdParamsE"
+
+
+@pytest.mark.parametrize("target,kernel,mnemonic,label", [
+    ("gfx90a", _FWD_FP16, "v_mfma_f32_32x32x8f16", "fwd_fp16_hd64_m128n128w4"),
+    ("gfx90a", _FWD_BF16, "v_mfma_f32_32x32x8bf16_1k", "fwd_bf16_hd128_m128n32w4_extras"),
+    ("gfx942", _FWD_FP16, "v_mfma_f32_32x32x8_f16", "fwd_fp16_hd64_m128n128w4"),
+    ("gfx942", _FWD_BF16.replace("12hip_bfloat16", "14__hip_bfloat16"), "v_mfma_f32_32x32x8_bf16",
+     "fwd_bf16_hd128_m128n32w4_extras"),
+])
+def test_isa_check_knows_the_forward_kernels(target, kernel, mnemonic, label):
+    """fwd_kernel<T, FwdConfig<...>, extras> as clang mangles it (ROCm 5.2's and newer bf16 spellings):
+    the 32x32x8 atom of arch/cdna_gemm.cuh, a readable label and the tile; other functions are skipped."""
+    assert check_isa.expected_mfma(kernel, target) == mnemonic
+    spec = check_isa.kernel_spec(kernel)
+    assert spec["label"] == label and spec["tile"] == tuple(int(x) for x in re.findall(r"Li(\d+)E", kernel))
+    assert check_isa.kernel_spec("_ZN5flash4arch3fooEv") is None
+
+
+def test_isa_check_adds_the_forwards_dynamic_lds():
+    """The forward's LDS is dynamic: the fwd_lds_* constants of its tiles in the ISA count, with the
+    LDS-limited occupancy (whole workgroups of 64 KiB per CU over 4 SIMDs); a tile without one fails."""
+    isa = "fwd_lds_64_128_128_4:\n\t.long\t54272                           ; 0xd400\n\t.size\tfwd_lds_64_128_128_4, 4\n"
+    dynamic = check_isa.dynamic_lds(isa)
+    assert dynamic == {(64, 128, 128, 4): 54272}
+    assert check_isa.lds_bytes(_FWD_FP16, {"lds": 0}, dynamic) == 54272
+    assert check_isa.lds_bytes(_FWD_BF16, {"lds": 0}, dynamic) is None
+    assert check_isa.lds_occupancy(_FWD_FP16, 54272) == 1
+    assert check_isa.lds_occupancy("probe_attention_fp16_32x32x8", 16384) == 4
+    resources = dict(scratch=0, sgpr_spill=0, vgpr_spill=0, lds=0)
+    body = ["ds_read_b64", "v_mfma_f32_32x32x8f16"]
+    assert check_isa.check_kernel(_FWD_FP16, "gfx90a", body, resources, 54272) == []
+    assert "LDS 70000" in " ".join(check_isa.check_kernel(_FWD_FP16, "gfx90a", body, resources, 70000))
+
+
+def test_isa_check_reports_sgpr_spills_without_failing():
+    """SGPR spills with no scratch sit in VGPR lanes: in the table, not a failure (VGPR spills are)."""
+    body = ["ds_read_b64", "v_mfma_f32_32x32x8f16"]
+    resources = dict(scratch=0, sgpr_spill=56, vgpr_spill=0, lds=34304)
+    assert check_isa.check_kernel("probe_attention_fp16_32x32x8", "gfx90a", body, resources) == []
+    resources["vgpr_spill"] = 2
+    assert check_isa.check_kernel("probe_attention_fp16_32x32x8", "gfx90a", body, resources) != []
 
 
 def test_isa_check_parses_both_remark_formats_and_flags_failures():

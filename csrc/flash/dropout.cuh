@@ -75,8 +75,8 @@ struct Dropout {
     d.keep_scale = d.enabled ? 1.f / a.keep_prob : 1.f;
     if (!d.enabled) return d;
     const PhiloxArgs& ph = a.philox;
-    const uint64_t seed = ph.seed_ptr != nullptr ? static_cast<uint64_t>(*ph.seed_ptr) : ph.seed;
-    const uint64_t offset = (ph.offset_ptr != nullptr ? static_cast<uint64_t>(*ph.offset_ptr) : ph.offset) + ph.offset_add;
+    const uint64_t seed = FLASH_LOAD_IF_SET(ph.seed_ptr, ph.seed);
+    const uint64_t offset = FLASH_LOAD_IF_SET(ph.offset_ptr, ph.offset) + ph.offset_add;
     const uint64_t stream = offset + static_cast<uint64_t>(batch) * heads + head;
     d.key0 = static_cast<uint32_t>(seed);
     d.key1 = static_cast<uint32_t>(seed >> 32);
@@ -122,8 +122,8 @@ struct Dropout {
 __device__ __forceinline__ void record_rng_state(const DropoutArgs& a, int tid) {
   if (a.rng_state_out == nullptr || tid != 0 || blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
   const PhiloxArgs& ph = a.philox;
-  const uint64_t seed = ph.seed_ptr != nullptr ? static_cast<uint64_t>(*ph.seed_ptr) : ph.seed;
-  const uint64_t offset = (ph.offset_ptr != nullptr ? static_cast<uint64_t>(*ph.offset_ptr) : ph.offset) + ph.offset_add;
+  const uint64_t seed = FLASH_LOAD_IF_SET(ph.seed_ptr, ph.seed);
+  const uint64_t offset = FLASH_LOAD_IF_SET(ph.offset_ptr, ph.offset) + ph.offset_add;
   a.rng_state_out[0] = static_cast<int64_t>(seed);
   a.rng_state_out[1] = static_cast<int64_t>(offset);
 }

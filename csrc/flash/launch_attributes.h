@@ -48,7 +48,8 @@ cudaError_t allow_dynamic_smem(Kernel kernel, int bytes) {
   std::lock_guard<std::mutex> lock(mutex);
   const auto found = granted.find(key);
   if (found != granted.end() && found->second >= bytes) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  // by address: ROCm 5.2's hipFuncSetAttribute has no overload for a kernel's own pointer type
+  err = cudaFuncSetAttribute(key.first, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err == cudaSuccess) granted[key] = bytes;
   return err;
 }

@@ -12,6 +12,7 @@
 
 using flash::arch::cdna::Mfma16x16x16;
 using flash::arch::cdna::Mfma32x32x8;
+using flash::arch::cdna::TransposedView;
 
 namespace {
 
@@ -137,6 +138,37 @@ void check_column_lanes(const char* name) {
   }
 }
 
+// The kernels' transposed view (cdna_gemm.cuh): register r of lane L holds C[acc_row][acc_col] =
+// D[acc_col][acc_row] of the atom; one C row per lane, value j of its one row slot is register j;
+// each C element is held once; the row leaders (L < kAtomM) hold each row once; acc_col is an
+// even lane part plus a register part that never carries past a multiple of 8, so a value's
+// dropout key class (key % 8) / 2 is the lane's class plus the register's (drop_probs_fwd_mapped).
+template <typename Shape>
+void check_transposed_view(const char* name) {
+  using View = TransposedView<Shape>;
+  constexpr int kDropoutTileKeys = 32;
+  for (int lane = 0; lane < kLanes; ++lane)
+    for (int r = 0; r < View::kAccRegs; ++r) {
+      const int lane_part = View::acc_col_lane_part(lane), register_part = View::acc_col_register_part(r);
+      expect(View::acc_row(lane, r) == Shape::acc_col(lane, r), name, "view row = D column", lane, r);
+      expect(View::acc_col(lane, r) == Shape::acc_row(lane, r), name, "view column = D row", lane, r);
+      expect(View::acc_row(lane, r) == View::acc_row(lane, 0), name, "one view row per lane", lane, r);
+      expect(View::acc_value(0, r) == r, name, "value j of the row is register j", lane, r);
+      expect(View::acc_col(lane, r) == lane_part + register_part, name, "column = lane part + register part", lane, r);
+      expect(lane_part % 2 == 0 && lane_part % 8 + register_part % 8 < 8, name, "no carry past a multiple of 8", lane, r);
+      for (int atom = 0; atom * View::kAtomN < kDropoutTileKeys; ++atom) {
+        const int key = atom * View::kAtomN + View::acc_col(lane, r);
+        expect(key % 8 / 2 == lane_part % 8 / 2 + register_part % 8 / 2, name, "dropout key class", lane, r);
+      }
+    }
+  check_each_element_once(name, "view element owned once", View::kAtomM, View::kAtomN, View::kAccRegs, View::acc_row,
+                          View::acc_col);
+  std::vector<int> leaders(View::kAtomM, 0);
+  for (int lane = 0; lane < kLanes; ++lane)
+    if (View::is_row_leader(lane)) ++leaders[View::acc_row(lane, 0)];
+  for (int row = 0; row < View::kAtomM; ++row) expect(leaders[row] == 1, name, "one row leader per row", -1, row);
+}
+
 template <typename Shape, typename Documented>
 void check_shape(const char* name) {
   check_against_documentation<Shape, Documented>(name);
@@ -144,6 +176,7 @@ void check_shape(const char* name) {
   check_operands_are_contiguous<Shape>(name);
   check_accumulator_is_next_b_operand<Shape>(name);
   check_column_lanes<Shape>(name);
+  check_transposed_view<Shape>(name);
 }
 
 // The maps are usable in constant expressions (tile configs, static_asserts).

@@ -4,6 +4,7 @@
 
 #if defined(__HIP_PLATFORM_AMD__)
 #include "cdna.cuh"
+#include "cdna_gemm.cuh"
 #include "cdna_mfma.cuh"
 #else
 #include "sm80.cuh"

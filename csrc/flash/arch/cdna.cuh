@@ -1,8 +1,9 @@
 // AMD CDNA primitives (MI200 gfx90a, MI300 gfx942): the counterpart of sm80.cuh, selected by
 // arch.cuh under __HIP_PLATFORM_AMD__. The MFMA atoms, operand loads and wave GEMMs are in
-// cdna_mfma.cuh; the lane -> element maps in cdna_layout.h (plain C++, host-tested). Status:
-// compiles for gfx90a and gfx942 with matrix-core instructions (hip/ci_check.sh), not yet run on
-// AMD hardware.
+// cdna_mfma.cuh; the kernels' warp-GEMM interface (sm80_gemm.cuh's names, computed transposed) in
+// cdna_gemm.cuh; the lane -> element maps in cdna_layout.h (plain C++, host-tested). Status: the
+// probe and the sm80-family forward (fwd_kernel.cuh) compile for gfx90a and gfx942 with
+// matrix-core instructions (hip/ci_check.sh); not yet run on AMD hardware.
 //
 // What differs from sm80.cuh and sm80_gemm.cuh, name by name (the sm90 files' wgmma, TMA and
 // mbarrier names have no counterpart: the sm90 kernels are not built for ROCm):
@@ -16,16 +17,19 @@
 //                       a k-contiguous LDS tile gives each operand with one 8-byte ds_read_b64
 //                       (load_a_operand / load_b_operand); a tile that is contiguous along m or n
 //                       ("km" / "kn") must be stored transposed when written to LDS
-//                       (store_lds_transposed_16) or read with four 2-byte reads.
+//                       (kHasTransposingLoads = false; tile_io.cuh load_tile_transposed, which the
+//                       forward uses for V) or read with four 2-byte reads.
 //   Mma16816 / mma_16816  Mfma<T, Shape> / mfma<T, Shape> for Mfma32x32x8 and Mfma16x16x16.
 //   pack_pair, to_float, from_float   same names and meaning for half_t and bfloat16_t.
 //   shuffle, shuffle_xor, warp_sum, warp_max   same meaning over 64 lanes (__shfl / __shfl_xor with
 //                       width 64: no *_sync, no 32-bit lane masks).
 //   quad_max, quad_sum  not provided: they encode the mma.sync row-over-4-lanes layout. The CDNA
 //                       counterpart is column_max / column_sum<Shape> (cdna_mfma.cuh): the lanes
-//                       that hold one accumulator column, 2 of them (32x32) or 4 (16x16).
-//   acc_row, acc_col    per atom: Shape::acc_row / acc_col (cdna_layout.h); not free functions,
-//                       because a kernel must say which atom its fragments come from.
+//                       that hold one accumulator column, 2 of them (32x32) or 4 (16x16); the
+//                       softmax reaches it as row_max / row_sum (cdna_gemm.cuh).
+//   acc_row, acc_col,   cdna_gemm.cuh, for the kernels' transposed view of the 32x32x8 atom
+//   kAccRegs, kAccRows, (FragmentAtom): one row per lane and atom, 16 values; kAccLayoutIsM16N8 is
+//   acc_value, ...      false. Per atom, Shape::acc_row / acc_col (cdna_layout.h) as before.
 //   warp_sync           wave barrier with LDS fences.
 //   exp2_approx, log2_approx, reciprocal_approx   v_exp_f32, v_log_f32, v_rcp_f32.
 //   half_sign_masks, atomic_add_pair, wait_until_equal, release_store   same meaning (no vector fp32
@@ -33,13 +37,18 @@
 //                       mul_hi_lo and byte_perm are arch.cuh's, shared by both layers.
 //   smem_address        not needed: LDS pointers are 32-bit address space 3 pointers.
 //   warp_gemm_ss / _rs, accumulators_to_a_fragments, store_accumulators, Layout, BLayout,
-//   kAtomM/N/K          cdna_mfma.cuh has wave_gemm_ss / wave_gemm_sr (B from registers),
-//                       accumulators_to_b_operands, store_accumulators_transposed; see the port
-//                       plan below for why the register operand is B, not A.
+//   kAtomM/N/K, AFragment  cdna_gemm.cuh: the same names and meaning in the kernel's view (C = A.B),
+//                       computed as C^T = B^T.A^T on MFMA, for the k-contiguous forms only (A "mk",
+//                       B "nk"); the register "A fragment" is an MFMA B operand. cdna_mfma.cuh's
+//                       wave_gemm_ss / wave_gemm_sr, accumulators_to_b_operands and
+//                       store_accumulators_transposed are the same products in MFMA terms (probe).
+//   FLASH_LOAD_IF_SET   reads the pointer in the global address space (see there).
 //
 // Port plan: what the sm80 kernels assume about fragments, and what must move into the arch layer
-// before fwd_kernel / bwd_kernel / splitkv_kernel compile against CDNA. Today they use the mma.sync
-// m16n8k16 C layout directly:
+// before fwd_kernel / bwd_kernel / splitkv_kernel compile against CDNA. DONE for fwd_kernel (it
+// compiles against cdna_gemm.cuh: items 1-3, V in 4, its loops in 5, the forward's dropout in 6,
+// launch_fwd_cdna.cuh's tiles in 7, synchronous copies in 8); bwd_kernel and splitkv_kernel still
+// use the mma.sync m16n8k16 C layout directly:
 //   1. Fragment shape. Accumulators are `float[MT][NT][4]` of 16x8 atoms (softmax.cuh,
 //      fragment_scores.cuh, bwd_fragments.cuh, dropout.cuh, splitkv_kernel.cuh, the kernels).
 //      MFMA accumulators are Shape::kAccRegs (16 or 4) fp32 per lane per square atom
@@ -55,7 +64,8 @@
 //      Done on the NVIDIA side: softmax.cuh, the sm80 forward's epilogue and the split-KV kernel now
 //      read the "owned rows" map from the arch layer (kAccRows, kAccValuesPerRow, acc_value,
 //      acc_row_slot, row_max, row_sum, is_row_leader in sm80.cuh, PTX unchanged); the CDNA layer
-//      must define the same names for its layout (the probe's ColumnSoftmax is the CDNA instance).
+//      defines the same names for its layout (cdna_gemm.cuh; the probe's ColumnSoftmax is the same
+//      computation written in MFMA terms).
 //      The backward (bwd_fragments.cuh) and the sm90 kernels still spell acc_row(lane, 2 * h).
 //   3. P as the next operand. accumulators_to_a_fragments re-packs S (two 16x8 C atoms) as the A
 //      operand of P.V. With MFMA, register group t (4 registers) of an S^T atom is exactly the B
@@ -268,6 +278,12 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
   atomicAdd(dst, a);
   atomicAdd(dst + 1, b);
 }
+
+// *ptr where ptr is set, else fallback (sm80.cuh's macro). ptr is read as a global pointer:
+// through a generic one, LLVM merged the two reads into one flat load from a selected pointer,
+// with fallback's kernel argument copied to scratch.
+#define FLASH_LOAD_IF_SET(ptr, fallback) \
+  ((ptr) != nullptr ? static_cast<uint64_t>(*(const __attribute__((address_space(1))) int64_t*)(ptr)) : (fallback))
 
 // Spins until *counter == value (acquire: what the writer did before its release is visible).
 __device__ __forceinline__ void wait_until_equal(const int* counter, int value) {

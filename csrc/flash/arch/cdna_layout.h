@@ -65,6 +65,35 @@ using Mfma32x32x8 = MfmaShape<32, 8>;
 // v_mfma_f32_16x16x16{f16,bf16_1k} (gfx90a) / v_mfma_f32_16x16x16_{f16,bf16} (gfx942)
 using Mfma16x16x16 = MfmaShape<16, 16>;
 
+// The kernels' view of an atom whose product is computed transposed (cdna_gemm.cuh): C = A.B as
+// C^T = B^T.A^T, so row m of C is accumulator column m. Register r of lane L holds
+// C[acc_row(L, r)][acc_col(L, r)]: one row per lane (the same for every register, kAccRows = 1),
+// its columns acc_col = acc_col_lane_part(L) + acc_col_register_part(r), where the lane part is
+// even and a multiple of 4, and the register part is below 4 modulo 8 (no carry past a multiple of
+// 8: the dropout definition's key classes, dropout.cuh). The lanes of one row are Shape's column
+// lanes; the first group (L < kAtomM) holds every row once.
+template <typename Shape>
+struct TransposedView {
+  static constexpr int kAtomM = Shape::kN;  // rows of C: accumulator columns
+  static constexpr int kAtomN = Shape::kM;  // columns of C: accumulator rows
+  static constexpr int kAtomK = Shape::kK;
+  static constexpr int kAccRegs = Shape::kAccRegs;
+  static constexpr int kAccRows = 1;
+  static constexpr int kAccValuesPerRow = kAccRegs;
+
+  FLASH_CDNA_HOST_DEVICE static constexpr int acc_row(int lane, int r) { return Shape::acc_col(lane, r); }
+  FLASH_CDNA_HOST_DEVICE static constexpr int acc_col(int lane, int r) {
+    return acc_col_lane_part(lane) + acc_col_register_part(r);
+  }
+  FLASH_CDNA_HOST_DEVICE static constexpr int acc_col_lane_part(int lane) { return 4 * (lane / Shape::kN); }
+  FLASH_CDNA_HOST_DEVICE static constexpr int acc_col_register_part(int r) {
+    return Shape::kLaneGroups * 4 * (r / 4) + r % 4;
+  }
+  // Value j of row slot h (the only one) is register j.
+  FLASH_CDNA_HOST_DEVICE static constexpr int acc_value(int, int j) { return j; }
+  FLASH_CDNA_HOST_DEVICE static constexpr bool is_row_leader(int lane) { return lane < kAtomM; }
+};
+
 }  // namespace cdna
 }  // namespace arch
 }  // namespace flash

@@ -216,6 +216,11 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 #endif
 }
 
+// *ptr where ptr is set, else fallback (torch's Philox seed and offset: device scalars under
+// graph capture, host values otherwise). A macro, expanding to the expression dropout.cuh always
+// had: as an inlined function it moved nvcc's scheduling of the sm90 forward's parameter loads.
+#define FLASH_LOAD_IF_SET(ptr, fallback) ((ptr) != nullptr ? static_cast<uint64_t>(*(ptr)) : (fallback))
+
 // Spins until *counter == value (acquire: what the writer did before its release is visible).
 __device__ __forceinline__ void wait_until_equal(const int* counter, int value) {
   int seen;
