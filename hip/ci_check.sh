@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI stage for AMD (issue #11), on a CPU-only Debian 12 machine: hipify csrc/flash into build/hip,
 # compile the CDNA probe (hip/probe_attention_block.hip), the sm80-family forward
-# (hip/fwd_kernels_cdna.hip: fwd_kernel.cuh for fp16 / bf16, head dims 64 / 128, plain and
+# (hip/fwd_kernels_cdna.hip: fwd_kernel.cuh for fp16 / bf16, head dims 32 to 192, plain and
 # score-extras) and the arch layer's compile-only coverage (tests/hip/cdna_api_compile.hip) against
 # that tree for
 #   gfx90a (MI200) with Debian's hipcc (ROCm 5.2, clang 15), and

@@ -1,6 +1,6 @@
 // Forward launch on CDNA (MI200 gfx90a, MI300 gfx942): the sm80-family kernel (fwd_kernel.cuh)
 // compiled against the CDNA arch layer, with tiles that fit the 64 KiB of LDS of a workgroup.
-// Compiled for gfx90a and gfx942 by CI (hip/ci_check.sh); not yet called by the op layer (a ROCm
+// Compiled for gfx90a and gfx942 by CI (hip/ci_check.sh, every tile below); not yet called by the op layer (a ROCm
 // build of the extension is still to come, issue #11) and not yet run on AMD hardware.
 #pragma once
 
@@ -15,8 +15,9 @@ namespace flash {
 // Q (kBlockM rows) + K (kBlockN rows) + V^T (kHeadDim rows of kBlockN keys), rows padded by 16 bytes:
 //   hd 32: 29184 B; hd 64: 54272 B; hd 96: 53760 B; hd 128: 53760 B with 32-key blocks (64 keys
 //   would need 70656); hd 192: 53760 B with 64 queries (2 waves) of 32-key blocks (128 queries
-//   would need 79360). hd 256 has none: 64 queries and 32 keys already need 71168 B.
-// None of these is measured (no AMD GPU).
+//   would need 79360), so one workgroup per CU keeps 2 of its 4 SIMDs idle (16-row waves would
+//   need the 16x16 atom). hd 256 has none: 64 queries and 32 keys already need 71168 B.
+// The LDS allows one workgroup per CU except at hd 32 (two). None of these is measured (no AMD GPU).
 template <int kHeadDim>
 struct FwdTileCdna;
 template <> struct FwdTileCdna<32> { using type = FwdConfig<32, 128, 128, 4>; };
