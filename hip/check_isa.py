@@ -151,9 +151,9 @@ def table_rows(target, kernels, bodies, resources, dynamic):
         count = bodies.get(kernel, []).count(mfma)
         lds = lds_bytes(kernel, r, dynamic)
         with_lds = lds_occupancy(kernel, lds)
-        rows.append([kernel_spec(kernel)["label"], target, f"{mfma} x{count}", r.get("sgpr"), r.get("vgpr"), r.get("agpr"),
-                     r.get("scratch"), f"{r.get('sgpr_spill')}/{r.get('vgpr_spill')}", r.get("occupancy"),
-                     None if with_lds is None else f"{with_lds:g}", lds])
+        rows.append([kernel_spec(kernel)["label"], target, f"{mfma} x{count}", r.get("sgpr"), r.get("vgpr"),
+                     r.get("agpr"), r.get("scratch"), f"{r.get('sgpr_spill')}/{r.get('vgpr_spill')}",
+                     r.get("occupancy"), None if with_lds is None else f"{with_lds:g}", lds])
     return rows
 
 

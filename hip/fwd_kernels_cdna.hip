@@ -1,7 +1,8 @@
 // The sm80-family forward (csrc/flash/fwd_kernel.cuh) built for CDNA from the hipified tree, as
 // CI's hip/ci_check.sh compiles it for gfx90a and gfx942: run_fwd_cdna (launch_fwd_cdna.cuh) for
 // fp16 and bf16 at every head dim with a CDNA tile (32, 64, 96, 128, 192), each instantiating the
-// plain kernel and the score-extras one (dropout, softcap, ALiBi). hip/check_isa.py then checks every fwd_kernel in the ISA.
+// plain kernel and the score-extras one (dropout, softcap, ALiBi). hip/check_isa.py then checks
+// every fwd_kernel in the ISA.
 #include <type_traits>
 
 #include <hip/hip_runtime.h>

@@ -2,7 +2,8 @@
 // rows; the CTA walks the visible K/V blocks from the last one down (so the causal blocks that
 // need masking come first), computing S = Q.K^T, the logits (score modifiers, mask), the online
 // softmax, and O += P.V, with P kept in registers (dropped entries zeroed when dropout is on).
-// K[n-1] loads while P.V[n] runs and V[n] loads while Q.K[n]^T runs (cp.async).
+// K[n-1] loads while P.V[n] runs and V[n] loads while Q.K[n]^T runs (cp.async; on CDNA the
+// copies are synchronous and V is stored transposed: arch/cdna.cuh, arch/cdna_gemm.cuh).
 #pragma once
 
 #include "arch/arch.cuh"

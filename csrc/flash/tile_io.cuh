@@ -68,7 +68,8 @@ __device__ __forceinline__ void load_tile_transposed(T* smem, const T* gmem, int
       const uint32_t words[4] = {v.x, v.y, v.z, v.w};
       uint16_t* column = reinterpret_cast<uint16_t*>(smem + col * kStride + row);
 #pragma unroll
-      for (int e = 0; e < kElementsPer16B; ++e) column[e * kStride] = static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)));
+      for (int e = 0; e < kElementsPer16B; ++e)
+        column[e * kStride] = static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)));
     }
   }
 }

@@ -155,7 +155,8 @@ void check_transposed_view(const char* name) {
       expect(View::acc_row(lane, r) == View::acc_row(lane, 0), name, "one view row per lane", lane, r);
       expect(View::acc_value(0, r) == r, name, "value j of the row is register j", lane, r);
       expect(View::acc_col(lane, r) == lane_part + register_part, name, "column = lane part + register part", lane, r);
-      expect(lane_part % 2 == 0 && lane_part % 8 + register_part % 8 < 8, name, "no carry past a multiple of 8", lane, r);
+      expect(lane_part % 2 == 0 && lane_part % 8 + register_part % 8 < 8, name, "no carry past a multiple of 8", lane,
+             r);
       for (int atom = 0; atom * View::kAtomN < kDropoutTileKeys; ++atom) {
         const int key = atom * View::kAtomN + View::acc_col(lane, r);
         expect(key % 8 / 2 == lane_part % 8 / 2 + register_part % 8 / 2, name, "dropout key class", lane, r);
