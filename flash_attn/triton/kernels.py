@@ -160,6 +160,16 @@ def _load_row_block(ptr, batch, first, rows, length, head, dims, headdim, stride
 
 
 @triton.jit
+def _load_row_block_strided(ptr, batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h,
+                            stride_d):
+    """_load_row_block of a tensor whose last dim has stride stride_d: the fp8 forward's V, stored
+    keys-contiguous (attention.forward says why); stride_d == 1 elsewhere, which Triton specializes."""
+    offsets, mask = _row_block(batch, first, rows, length, head, dims * stride_d, headdim * stride_d, stride_b,
+                               stride_s, stride_h)
+    return tl.load(ptr + offsets, mask=mask, other=0.0)
+
+
+@triton.jit
 def _row_statistics(Lse, Delta, batch, head, first, rows, length, stride_lb, stride_lh):
     """The forward's lse and D = rowsum(dO * O) of the rows (+inf and 0 past the sequence)."""
     offsets = batch * stride_lb + head * stride_lh + first + rows
@@ -201,7 +211,7 @@ def _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI: tl.constexpr):
 @triton.jit
 def attention_forward_kernel(
         Q, K, V, Out, Lse, CuQ, CuK, Slopes, Rng, Descales,
-        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_vd,
         stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b, stride_descale_t, stride_descale_b,
         seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
         keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
@@ -229,7 +239,8 @@ def attention_forward_kernel(
         for n0 in range(lo, hi, BLOCK_N):
             cols = n0 + tl.arange(0, BLOCK_N)
             k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh)
-            v = _load_row_block(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs, stride_vh)
+            v = _load_row_block_strided(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs,
+                                        stride_vh, stride_vd)
             s, _ = _scores(q, k, rows, cols, len_q, len_k, score_scale, softcap, slope, left, right, HAS_SOFTCAP,
                            HAS_ALIBI, DOT_PRECISION)
             p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i)  # the softmax normalizes before dropout
