@@ -164,3 +164,10 @@ def test_packed_sequences(how, device, dtype, counted):
             expected[run_dtype] = torch.cat([twin(input_ids=ids[:, s:e]).logits[0] for s, e in bounds])
     assert counted["varlen"] == 2 and counted["dense"] == 0
     assert_fa_close("logits", ours, expected[F64], expected[dtype], OUT_FACTOR)
+
+
+def test_attention_sinks_are_refused_by_name():
+    """gpt-oss-style attention sinks (s_aux) have no kernel here: a clear error, before any kernel."""
+    q = torch.randn(1, 2, 3, 16)
+    with pytest.raises(NotImplementedError, match=r"attention sinks \(s_aux\)"):
+        integration.attention_forward(None, q, q, q, None, s_aux=torch.zeros(2))
