@@ -2,9 +2,10 @@
 tests' check that the CUDA kernels draw exactly these bits.
 
 Element (query i, key j) of (batch b, head h) is kept iff its random byte < keep_threshold, with the
-byte taken from Philox4x32-7 (key = the 64-bit seed; counter = (j // 32, (i // 16) * 32 + v,
-low and high words of offset + b * heads + h), v = 4 * (i % 8) + (j % 8) // 2), word (j % 32) // 8,
-byte 2 * ((i % 16) // 8) + j % 2. Arithmetic is on int64 tensors with 32-bit values.
+byte taken from Philox4x32-7 (key = the 64-bit seed; counter = (j // 16, (i // 16) * 16 + v,
+low and high words of offset + b * heads + h), v = 4 * ((i % 8) // 2) + (j % 8) // 2), word
+2 * (i % 2) + j % 2, byte 2 * ((i % 16) // 8) + (j % 16) // 8. Arithmetic is on int64 tensors with
+32-bit values.
 """
 
 import torch
@@ -58,17 +59,17 @@ def keep_mask(seed, offset, batch, heads, seqlen_q, seqlen_k, dropout_p, batch_i
     key_end = seqlen_k if key_end is None else key_end
     j = torch.arange(key_start, key_end, dtype=torch.int64).view(1, 1, 1, -1)
     stream = (offset + b * heads + h) & ((1 << 64) - 1)  # < 2^63 for any realistic offset
-    vlane = 4 * (i % 8) + (j % 8) // 2
+    call = 4 * ((i % 8) // 2) + (j % 8) // 2
     shape = (batch, heads, seqlen_q, key_end - key_start)
-    c0 = (j // 32).expand(shape)
-    c1 = ((i // 16) * 32 + vlane).expand(shape) & _MASK32
+    c0 = (j // 16).expand(shape)
+    c1 = ((i // 16) * 16 + call).expand(shape) & _MASK32
     c2 = (stream & _MASK32).expand(shape)
     c3 = (stream >> 32).expand(shape)
     words = philox4x32(c0, c1, c2, c3, seed & _MASK32, seed >> 32)
-    word_index = ((j % 32) // 8).expand(shape)
+    word_index = (2 * (i % 2) + j % 2).expand(shape)
     word = torch.zeros(shape, dtype=torch.int64)
     for index, w in enumerate(words):
         word = torch.where(word_index == index, w, word)
-    byte_index = (2 * ((i % 16) // 8) + j % 2).expand(shape)
+    byte_index = (2 * ((i % 16) // 8) + (j % 16) // 8).expand(shape)
     byte = (word >> (8 * byte_index)) & 0xFF
     return byte < keep_threshold(dropout_p)

@@ -60,6 +60,22 @@ def test_dropout_mask_is_the_documented_philox_mask():
     assert torch.equal(keep_mask_from_probs(s_dmask, 40, 40), expected)
 
 
+def test_dropout_mask_is_the_written_definition():
+    """keep_mask against its docstring, one scalar Philox call per element: 16 x 16 tiles, call
+    4 ((i % 8) // 2) + (j % 8) // 2, word 2 (i % 2) + j % 2, byte 2 ((i % 16) // 8) + (j % 16) // 8; a
+    window that starts inside tiles and crosses them."""
+    seed, offset, heads, p = 0x0123456789ABCDEF, 2**32 + 5, 3, 0.3
+    mask = dropout_lib.keep_mask(seed, offset, 2, heads, 41, 45, p, key_start=7)
+    one = lambda x: torch.tensor([x], dtype=torch.int64)  # noqa: E731
+    for b, h, i, j in [(b, h, i, j) for b in range(2) for h in (0, 2) for i in range(9, 41, 3) for j in range(7, 45, 2)]:
+        stream = offset + b * heads + h
+        call = 4 * ((i % 8) // 2) + (j % 8) // 2
+        words = dropout_lib.philox4x32(one(j // 16), one((i // 16) * 16 + call), one(stream & 0xFFFFFFFF),
+                                       one(stream >> 32), seed & 0xFFFFFFFF, seed >> 32)
+        byte = (int(words[2 * (i % 2) + j % 2]) >> (8 * (2 * ((i % 16) // 8) + (j % 16) // 8))) & 0xFF
+        assert bool(mask[b, h, i, j - 7]) == (byte < dropout_lib.keep_threshold(p)), (b, h, i, j)
+
+
 def test_dropout_reproducible_with_manual_seed():
     q, k, v = (torch.randn(1, 30, 2, 16, dtype=torch.bfloat16) for _ in range(3))
     torch.manual_seed(11)

@@ -35,13 +35,14 @@ __device__ __forceinline__ void probs_from_logits(float (&scores_t)[MT][NT][4], 
     }
 }
 
-// The element pieces dS needs besides P and dP: the score modifiers, the dropout keep bits (null
-// without dropout) and where the fragment sits: key0 the absolute key of its row 0, query0 the
+// The element pieces dS needs besides P and dP: the score modifiers, dropout's random bytes (null
+// without dropout) and threshold and where the fragment sits: key0 the absolute key of its row 0, query0 the
 // absolute query of local query column 0 (the query block's first query).
 template <int MT, int NT>
 struct DscoreContext {
   const ScoreMod& mod;
-  const KeepBits<MT, NT>* keep;
+  const DropoutBytes<MT, NT>* dropout_bytes;
+  uint32_t keep_threshold;
   float keep_scale;
   int key0, query0;
 };
@@ -67,9 +68,13 @@ __device__ __forceinline__ void dscores_from_dprobs(float (&dprobs_t)[MT][NT][4]
           const int r = 2 * h + j;
           const float dp = dprobs_t[mt][nt][r];
           const float p = probs_t[mt][nt][r];
-          // dP * Z / keep_prob - dsum as one multiply-add, the factor selected by the keep bit
-          const float dp_scale = ctx.keep == nullptr ? 1.f : ctx.keep->kept(mt, nt, r) ? ctx.keep_scale : 0.f;
-          float ds = p * fmaf(dp, dp_scale, -query_dsum) * fwd.softmax_scale;
+          float ds;
+          if (ctx.dropout_bytes == nullptr) {
+            ds = p * (dp - query_dsum) * fwd.softmax_scale;
+          } else {  // dP * Z / keep_prob - dsum as one multiply-add, Z by clearing dropped dP
+            const DropSigns signs = DropSigns::of(ctx.dropout_bytes->word(mt, nt), ctx.keep_threshold);
+            ds = p * fmaf(clear_if(dp, signs.element_mask(r)), ctx.keep_scale, -query_dsum) * fwd.softmax_scale;
+          }
           if (ctx.mod.has_softcap()) {
             const int key = ctx.key0 + mt * arch::kAtomM + arch::acc_row(lane, r);
             ds *= ctx.mod.capped_derivative(p, lse_log2, ctx.query0 + local_query, key);
@@ -92,14 +97,10 @@ __device__ __forceinline__ void scale_accumulators(float (&acc)[MT][NT][4], floa
 
 // In place: P^T -> P^T * Z / keep_prob, the probabilities dV is taken with.
 template <int MT, int NT>
-__device__ __forceinline__ void drop_probs_bwd(float (&probs_t)[MT][NT][4], const KeepBits<MT, NT>& keep,
-                                               float keep_scale) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) probs_t[mt][nt][r] = keep.kept(mt, nt, r) ? probs_t[mt][nt][r] * keep_scale : 0.f;
+__device__ __forceinline__ void drop_probs_bwd(float (&probs_t)[MT][NT][4], const DropoutBytes<MT, NT>& bytes,
+                                               const Dropout& dropout) {
+  drop_accumulators(probs_t, bytes, dropout.keep_threshold);
+  scale_accumulators(probs_t, dropout.keep_scale);
 }
 
 // Adds a warp's dQ fragment (rows row0.. of the query block at m0, head-dim columns col0..) into

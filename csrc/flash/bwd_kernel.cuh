@@ -114,11 +114,12 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
 
   scores_to_logits</*kRowsAreKeys=*/true>(scores_t, mask, mod, needs_mask, n0 + key0, m0 + query0, lane);
   probs_from_logits(scores_t, stage.lse, query0, p.fwd, lane);
-  KeepBits<kMT, kNT> keep;
-  if (dropout.enabled) keep = keep_bits_bwd<kMT, kNT>(dropout, n0 + key0, m0 + query0, lane);
-  const DscoreContext<kMT, kNT> ctx{mod, dropout.enabled ? &keep : nullptr, dropout.keep_scale, n0 + key0, m0};
+  DropoutBytes<kMT, kNT> dropout_bytes;
+  if (dropout.enabled) dropout_bytes = dropout_bytes_bwd<kMT, kNT>(dropout, n0 + key0, m0 + query0, lane);
+  const DscoreContext<kMT, kNT> ctx{mod, dropout.enabled ? &dropout_bytes : nullptr, dropout.keep_threshold,
+                                    dropout.keep_scale, n0 + key0, m0};
   dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, query0, p.fwd, ctx, lane);
-  if (dropout.enabled) drop_probs_bwd(scores_t, keep, dropout.keep_scale);
+  if (dropout.enabled) drop_probs_bwd(scores_t, dropout_bytes, dropout);
   arch::store_accumulators<kMT, kNT, T>(sPt, Cfg::kScoreStride, key0, query0, scores_t, lane);
   arch::store_accumulators<kMT, kNT, T>(sdSt, Cfg::kScoreStride, key0, query0, dprobs_t, lane);
 }

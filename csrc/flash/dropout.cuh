@@ -1,19 +1,23 @@
 // Dropout keep-bits from Philox4x32-7 (counter-based: recomputed in the backward, never stored).
 //
 // Definition (the same in every kernel, whatever its tiles, and in flash_attn/dropout.py for the
-// CPU path): element (query i, key j) of (batch b, head h) has one random byte. The bytes come in
-// "dropout tiles" of 16 queries x 32 keys, split over 32 virtual lanes v = 4 * (i % 8) + (j % 8) / 2,
-// which is the thread that holds the element in an m16n8 accumulator fragment of S (queries as
-// rows): one Philox call per virtual lane and tile gives its 16 bytes, word c = (j % 32) / 8 and byte
-// 2 * ((i % 16) / 8) + j % 2 of it. The call's key is the 64-bit seed, its counter
-//   (j / 32, (i / 16) * 32 + v, low and high words of offset + b * heads + h),
+// CPU path and flash_attn/triton/kernels.py): element (query i, key j) of (batch b, head h) has one
+// random byte. The bytes come in "dropout tiles" of 16 queries x 16 keys, 16 Philox calls each:
+// call v = 4 * ((i % 8) / 2) + (j % 8) / 2 holds the 16 elements whose (i % 8, j % 8) fall in one
+// 2 x 2 cell, element (i, j) as byte 2 * ((i % 16) / 8) + (j % 16) / 8 of word 2 * (i % 2) + j % 2.
+// The call's key is the 64-bit seed, its counter
+//   (j / 16, (i / 16) * 16 + v, low and high words of offset + b * heads + h),
 // so each forward reserves batch * heads counters of torch's Philox offset. An element is kept iff
 // its byte < keep_threshold (round(256 * keep_prob)) and kept probabilities are scaled by
 // 1 / keep_prob, as FlashAttention 2 does with 8-bit thresholds.
-// The forward (rows = queries) uses each call's 16 bytes for its own 16 elements; the backward
-// holds S^T (rows = keys), where a thread's 8 elements of a 16 x 16 block come from two calls that
-// its neighbour lane needs too (keep_bits_bwd shares them), and half of each call's bytes belong
-// to the other warp of the 32-key tile. Costs per score, measured: benchmarks/NOTES.md v8.
+//
+// Why this shape: in an m16n8 accumulator fragment lane (g, t) = (lane / 4, lane % 4) holds rows
+// g, g + 8 and columns 2t, 2t + 1 (+ 8) of a 16 x 16 block. The forward (rows = queries) needs 8
+// bytes of call 4 (g / 2) + t, the words with i % 2 = g % 2; the backward (S^T, rows = keys) needs
+// 8 bytes of call 4t + g / 2, the words with j % 2 = g % 2. In both, lanes L and L ^ 4 need the two
+// halves of the same call: each draws it for one of two neighbouring tiles and hands its partner
+// the partner's half with two shuffles, so either pass draws one call per 16 elements per lane.
+// (Before, with 16 x 32 tiles shaped for the forward, the backward drew one per 8: NOTES.md v16.)
 #pragma once
 
 #include <cstdint>
@@ -24,8 +28,7 @@
 
 namespace flash {
 
-constexpr int kDropoutTileQueries = 16;
-constexpr int kDropoutTileKeys = 32;
+constexpr int kDropoutTile = 16;  // queries and keys of a dropout tile
 
 // Rounds of Philox4x32 per call: 7, as FlashAttention 2's generator runs, the fewest with which
 // Random123's authors (Salmon et al., SC'11) found Philox4x32 to pass TestU01's BigCrush; their
@@ -54,10 +57,8 @@ __device__ __forceinline__ void philox4x32(uint4 (&counters)[N], uint32_t key0, 
   }
 }
 
-__device__ __forceinline__ uint4 philox4x32(uint4 counter, uint32_t key0, uint32_t key1) {
-  uint4 one[1] = {counter};
-  philox4x32(one, key0, key1);
-  return one[0];
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int c) {
+  return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
 }
 
 // The per-(batch, head) part of the generator: key and the counter's high half.
@@ -88,18 +89,14 @@ struct Dropout {
   // No dropout: what the kernels' plain variants use, known at compile time.
   __device__ __forceinline__ static Dropout none() { return Dropout{0u, 0u, 0u, 0u, 256u, 1.f, false}; }
 
-  // The Philox counter of virtual lane `vlane` in the dropout tile holding query query_tile * 16
-  // and key key_tile * 32; the call gives its 16 bytes.
-  __device__ __forceinline__ uint4 tile_counter(int query_tile, int key_tile, int vlane) const {
+  // The Philox counter of call `call` (0..15) of the dropout tile (query_tile, key_tile).
+  __device__ __forceinline__ uint4 tile_counter(int query_tile, int key_tile, int call) const {
     return make_uint4(static_cast<uint32_t>(key_tile),
-                      static_cast<uint32_t>(query_tile) * 32u + static_cast<uint32_t>(vlane), stream_lo, stream_hi);
+                      static_cast<uint32_t>(query_tile) * 16u + static_cast<uint32_t>(call), stream_lo, stream_hi);
   }
-  __device__ __forceinline__ uint4 tile_bytes(int query_tile, int key_tile, int vlane) const {
-    return philox4x32(tile_counter(query_tile, key_tile, vlane), key0, key1);
-  }
-  // N tiles' bytes in one lockstep call; counters in, bytes out.
+  // N calls in one lockstep run: counters in, random words out.
   template <int N>
-  __device__ __forceinline__ void tile_bytes(uint4 (&counters)[N]) const {
+  __device__ __forceinline__ void draw(uint4 (&counters)[N]) const {
     philox4x32(counters, key0, key1);
   }
 
@@ -109,11 +106,9 @@ struct Dropout {
 
   // Whether element (query, key) is kept: one Philox call for one element (the S_dmask pass).
   __device__ __forceinline__ bool keeps_element(int query, int key) const {
-    const int vlane = 4 * (query % 8) + (key % 8) / 2;
-    const uint4 bytes = tile_bytes(query / kDropoutTileQueries, key / kDropoutTileKeys, vlane);
-    const int word = (key % kDropoutTileKeys) / 8;
-    const uint32_t w = word == 0 ? bytes.x : word == 1 ? bytes.y : word == 2 ? bytes.z : bytes.w;
-    return keeps(w, 2 * ((query % 16) / 8) + key % 2);
+    uint4 call[1] = {tile_counter(query / kDropoutTile, key / kDropoutTile, 4 * (query % 8 / 2) + key % 8 / 2)};
+    draw(call);
+    return keeps(word_of(call[0], 2 * (query % 2) + key % 2), 2 * (query % 16 / 8) + key % 16 / 8);
   }
 };
 
@@ -128,49 +123,162 @@ __device__ __forceinline__ void record_rng_state(const DropoutArgs& a, int tid) 
   a.rng_state_out[1] = static_cast<int64_t>(offset);
 }
 
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int c) {
-  return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
-}
 
-// Keep bits of a warp's fragment, one bit per element: bit (mt * NT + nt) * 4 + r of `words` is
-// element r of accumulator tile (mt, nt).
+// A fragment's random bytes in accumulator order: word nt % 4 of bytes[mt][nt / 4] holds the
+// bytes of accumulator tile (mt, nt), element r as byte r, whichever pass drew them (forward:
+// rows = queries; backward: rows = keys). Drawn before the scores exist (they do not depend on
+// them), so the kernels draw them while their MMAs run.
 template <int MT, int NT>
-struct KeepBits {
-  static constexpr int kWords = (MT * NT * 4 + 31) / 32;
-  uint32_t words[kWords];
+struct DropoutBytes {
+  static_assert(NT % 4 == 0, "whole pairs of 16-column dropout tiles");
+  uint4 bytes[MT][NT / 4];
 
-  __device__ __forceinline__ void clear() {
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) words[w] = 0u;
-  }
-  __device__ __forceinline__ void set(int mt, int nt, int r) {
-    const int bit = (mt * NT + nt) * 4 + r;
-    words[bit / 32] |= 1u << (bit % 32);
-  }
-  __device__ __forceinline__ bool kept(int mt, int nt, int r) const {
-    const int bit = (mt * NT + nt) * 4 + r;
-    return (words[bit / 32] >> (bit % 32)) & 1u;
-  }
+  __device__ __forceinline__ uint32_t word(int mt, int nt) const { return word_of(bytes[mt][nt / 4], nt % 4); }
 };
 
-// Forward, on the m16n8 accumulator layout that the definition is written in: a lane's 16
-// elements of a (16 x 32) dropout tile are the bytes of the call of its own virtual lane.
+// Lanes L and L ^ 4 (`odd` = bit 2 of the lane) each drew the same call of two neighbouring tiles,
+// the even lane tile 0's and the odd lane tile 1's; words (a0, a1) of a call are the even lane's,
+// (b0, b1) the odd lane's. Returns this lane's two words of each tile: two shuffles.
+__device__ __forceinline__ void swap_call_halves(uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1, bool odd,
+                                                 uint32_t (&tile0)[2], uint32_t (&tile1)[2]) {
+  const uint32_t got0 = arch::shuffle_xor(odd ? a0 : b0, 4), got1 = arch::shuffle_xor(odd ? a1 : b1, 4);
+  tile0[0] = odd ? got0 : a0;
+  tile0[1] = odd ? got1 : a1;
+  tile1[0] = odd ? b0 : got0;
+  tile1[1] = odd ? b1 : got1;
+}
+
+// Forward, on the m16n8 accumulator layout: the bytes of a (16*MT queries x 8*NT keys) fragment
+// whose first row is row0 and first column col0 (multiples of 16). Lane (g, t) holds queries
+// i % 2 = g % 2: words (2 (g % 2), +1) = (j % 2 = 0, 1) of call 4 (g / 2) + t, bytes
+// 2 ((i % 16) / 8) + (j % 16) / 8; a byte permute puts the two words' bytes of key block kh
+// (accumulator tile 2 * tile + kh) in accumulator order r = 2 ((i % 16) / 8) + j % 2.
 template <int MT, int NT>
-__device__ __forceinline__ void drop_probs_fwd_m16n8(float (&probs)[MT][NT][4], const Dropout& d, int row0, int col0,
-                                                     int lane) {
-  static_assert(NT % 4 == 0, "whole 32-key dropout tiles");
+__device__ __forceinline__ DropoutBytes<MT, NT> dropout_bytes_fwd(const Dropout& d, int row0, int col0, int lane) {
+  static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators (drop_probs_fwd_mapped for others)");
+  constexpr int kPairs = NT / 4;  // pairs of 16-key tiles
+  const int g = lane / 4, t = lane % 4;
+  const bool odd = g % 2;
+  uint4 calls[MT * kPairs];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int tile = 0; tile < NT / 4; ++tile) {
-      const uint4 bytes =
-          d.tile_bytes(row0 / kDropoutTileQueries + mt, col0 / kDropoutTileKeys + tile, lane);
+    for (int pair = 0; pair < kPairs; ++pair)
+      calls[mt * kPairs + pair] = d.tile_counter(row0 / kDropoutTile + mt, col0 / kDropoutTile + 2 * pair + odd,
+                                                 4 * (g / 2) + t);
+  d.draw(calls);
+  DropoutBytes<MT, NT> out;
 #pragma unroll
-      for (int c = 0; c < 4; ++c)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
-          if (!d.keeps(word_of(bytes, c), r)) probs[mt][4 * tile + c][r] = 0.f;
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const uint4& c = calls[mt * kPairs + pair];
+      uint32_t tile0[2], tile1[2];  // (j % 2 = 0, j % 2 = 1)
+      swap_call_halves(c.x, c.y, c.z, c.w, odd, tile0, tile1);
+      out.bytes[mt][pair] = make_uint4(arch::byte_perm(tile0[0], tile0[1], 0x6240u),  // kh = 0
+                                       arch::byte_perm(tile0[0], tile0[1], 0x7351u),  // kh = 1
+                                       arch::byte_perm(tile1[0], tile1[1], 0x6240u),
+                                       arch::byte_perm(tile1[0], tile1[1], 0x7351u));
     }
+  return out;
+}
+
+// Backward: the bytes of a (16*MT keys x 8*NT queries) S^T fragment whose first row is key0 and
+// first column query0 (multiples of 16). Lane (g, t) holds keys j % 2 = g % 2: words
+// (g % 2, 2 + g % 2) = (i % 2 = 0, 1) of call 4t + g / 2, bytes 2 ((i % 16) / 8) + (j % 16) / 8; a
+// byte permute puts the two words' bytes of query block qh (accumulator tile 2 * tile + qh) in
+// accumulator order r = 2 ((j % 16) / 8) + i % 2.
+template <int MT, int NT>
+__device__ __forceinline__ DropoutBytes<MT, NT> dropout_bytes_bwd(const Dropout& d, int key0, int query0, int lane) {
+  static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators");
+  constexpr int kPairs = NT / 4;  // pairs of 16-query tiles
+  const int g = lane / 4, t = lane % 4;
+  const bool odd = g % 2;
+  uint4 calls[MT * kPairs];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int pair = 0; pair < kPairs; ++pair)
+      calls[mt * kPairs + pair] = d.tile_counter(query0 / kDropoutTile + 2 * pair + odd, key0 / kDropoutTile + mt,
+                                                 4 * t + g / 2);
+  d.draw(calls);
+  DropoutBytes<MT, NT> out;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const uint4& c = calls[mt * kPairs + pair];
+      uint32_t tile0[2], tile1[2];  // (i % 2 = 0, i % 2 = 1)
+      swap_call_halves(c.x, c.z, c.y, c.w, odd, tile0, tile1);
+      out.bytes[mt][pair] = make_uint4(arch::byte_perm(tile0[0], tile0[1], 0x5140u),  // qh = 0
+                                       arch::byte_perm(tile0[0], tile0[1], 0x7362u),  // qh = 1
+                                       arch::byte_perm(tile1[0], tile1[1], 0x5140u),
+                                       arch::byte_perm(tile1[0], tile1[1], 0x7362u));
+    }
+  return out;
+}
+
+// The drop test of a word's four bytes x (dropped iff x >= threshold), as sign bits: byte k's
+// (x + 256 - threshold) << 7 goes to 16-bit half k / 2 of `even` (k even) or `odd` (a byte permute
+// and one multiply-add each: at most 511 << 7, no carry between halves), whose top bit is the
+// test. Masks are then one sign-mode byte permute each.
+struct DropSigns {
+  uint32_t even, odd;  // bytes 0, 2 / bytes 1, 3: top bits 15 and 31
+
+  __device__ __forceinline__ static DropSigns of(uint32_t word, uint32_t keep_threshold) {
+    const uint32_t bias = (256u - keep_threshold) * 128u * 0x10001u;
+    return {arch::byte_perm(word, 0u, 0x4240u) * 128u + bias, arch::byte_perm(word, 0u, 0x4341u) * 128u + bias};
+  }
+  // 0xffff in each 16-bit half whose element is dropped: elements (2k, 2k + 1), low half first.
+  template <int k>
+  __device__ __forceinline__ uint32_t pair_mask() const {
+    return arch::byte_sign_masks<k == 0 ? 0xDD99u : 0xFFBBu>(even, odd);
+  }
+  // 0xffffffff if element r is dropped.
+  template <int r>
+  __device__ __forceinline__ uint32_t element_mask() const {
+    return arch::byte_sign_masks<r == 0 ? 0x9999u : r == 1 ? 0xDDDDu : r == 2 ? 0xBBBBu : 0xFFFFu>(even, odd);
+  }
+  // The same for r known only after unrolling.
+  __device__ __forceinline__ uint32_t element_mask(int r) const {
+    return r == 0 ? element_mask<0>() : r == 1 ? element_mask<1>() : r == 2 ? element_mask<2>() : element_mask<3>();
+  }
+};
+
+// value with its bits cleared where `dropped` is set (0 for a dropped fp32 element).
+__device__ __forceinline__ float clear_if(float value, uint32_t dropped) {
+  return __uint_as_float(__float_as_uint(value) & ~dropped);
+}
+
+// In place: fp32 accumulators with the dropped elements zeroed.
+template <int MT, int NT>
+__device__ __forceinline__ void drop_accumulators(float (&acc)[MT][NT][4], const DropoutBytes<MT, NT>& bytes,
+                                                  uint32_t keep_threshold) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const DropSigns signs = DropSigns::of(bytes.word(mt, nt), keep_threshold);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mt][nt][r] = clear_if(acc[mt][nt][r], signs.element_mask(r));
+    }
+}
+
+// In place: the dropped probabilities of P packed as MMA A operands (accumulators_to_a_fragments
+// of the fragment `bytes` was drawn for) zeroed, two elements per AND.
+template <int MT, int NT>
+__device__ __forceinline__ void drop_packed_probs(uint32_t (&probs)[MT][NT / 2][4], const DropoutBytes<MT, NT>& bytes,
+                                                  uint32_t keep_threshold) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int ks = 0; ks < NT / 2; ++ks)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // accumulator tile 2 ks + half: elements (0, 1), (2, 3)
+        const DropSigns signs = DropSigns::of(bytes.word(mt, 2 * ks + half), keep_threshold);
+        probs[mt][ks][2 * half] &= ~signs.pair_mask<0>();
+        probs[mt][ks][2 * half + 1] &= ~signs.pair_mask<1>();
+      }
 }
 
 // How many classes (j % 8) / 2 the columns j of one lane's row take in a dropout tile, counted from
@@ -184,156 +292,68 @@ __host__ __device__ constexpr int dropout_column_classes() {
   return classes;
 }
 
+// How many 16-key tiles the register parts of one atom's columns reach, counted from the tile of
+// the lane's own part.
+__host__ __device__ constexpr int dropout_register_tiles() {
+  int tiles = 1;
+  for (int r = 0; r < arch::kAccRegs; ++r) {
+    const int tile = arch::acc_col_register_part(r) / kDropoutTile + 1;
+    tiles = tile > tiles ? tile : tiles;
+  }
+  return tiles;
+}
+
 // Forward, on any other accumulator layout (CDNA): each element (query i, key j) maps through the
-// definition. A lane's row i needs, per 32-key tile, the calls of virtual lanes
-// 4 (i % 8) + (j % 8) / 2 for the classes of its columns j (acc_col's lane part, even, plus a
-// register part that never carries past a multiple of 8: sm80.cuh, cdna_layout.h), drawn in
-// lockstep; element (i, j) is byte 2 ((i % 16) / 8) + j % 2 of word (j % 32) / 8 of its class's call.
+// definition. A lane's row i needs, per atom, the calls 4 ((i % 8) / 2) + (j % 8) / 2 of the tiles
+// j / 16 of its columns j = lane part + register part (the lane part even, and no carry past a
+// multiple of 8 or of 16 between the two: cdna_layout.h, tests/hip/cdna_layout_test.cpp), so the
+// classes and tiles are the lane's plus the register's; drawn in lockstep, one call per class and
+// tile, each read for every element it holds.
 template <int MT, int NT>
 __device__ __forceinline__ void drop_probs_fwd_mapped(float (&probs)[MT][NT][arch::kAccRegs], const Dropout& d,
                                                       int row0, int col0, int lane) {
-  constexpr int kAtomsPerTile = kDropoutTileKeys / arch::kAtomN;
-  constexpr int kClasses = dropout_column_classes();
-  static_assert(kDropoutTileKeys % arch::kAtomN == 0 && NT % kAtomsPerTile == 0, "whole 32-key dropout tiles");
+  constexpr int kClasses = dropout_column_classes(), kTiles = dropout_register_tiles();
+  static_assert(MT > 0 && arch::kAtomN % kDropoutTile == 0, "whole dropout tiles per atom");
   const int lane_col = arch::acc_col_lane_part(lane);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < arch::kAccRows; ++h) {
       const int query = row0 + mt * arch::kAtomM + arch::acc_row(lane, arch::acc_value(h, 0));
-      const int byte_row = 2 * ((query % kDropoutTileQueries) / 8);
+      const int first_call = 4 * (query % 8 / 2) + lane_col % 8 / 2, byte_row = 2 * (query % 16 / 8);
 #pragma unroll
-      for (int tile = 0; tile < NT / kAtomsPerTile; ++tile) {
-        uint4 calls[kClasses];
+      for (int nt = 0; nt < NT; ++nt) {
+        const int first_tile = (col0 + nt * arch::kAtomN + lane_col) / kDropoutTile;
+        uint4 calls[kTiles * kClasses];
 #pragma unroll
-        for (int c = 0; c < kClasses; ++c)
-          calls[c] = d.tile_counter(query / kDropoutTileQueries, col0 / kDropoutTileKeys + tile,
-                                    4 * (query % 8) + lane_col % 8 / 2 + c);
-        d.tile_bytes(calls);
+        for (int tile = 0; tile < kTiles; ++tile)
 #pragma unroll
-        for (int a = 0; a < kAtomsPerTile; ++a)
+          for (int c = 0; c < kClasses; ++c)
+            calls[tile * kClasses + c] = d.tile_counter(query / kDropoutTile, first_tile + tile, first_call + c);
+        d.draw(calls);
 #pragma unroll
-          for (int j = 0; j < arch::kAccValuesPerRow; ++j) {
-            const int r = arch::acc_value(h, j);
-            const int key = a * arch::kAtomN + lane_col + arch::acc_col_register_part(r);  // within the tile
-            const uint32_t word = word_of(calls[arch::acc_col_register_part(r) % 8 / 2], key / 8);
-            if (!d.keeps(word, byte_row + key % 2)) probs[mt][tile * kAtomsPerTile + a][r] = 0.f;
-          }
+        for (int j = 0; j < arch::kAccValuesPerRow; ++j) {
+          const int r = arch::acc_value(h, j), part = arch::acc_col_register_part(r);
+          const uint4& call = calls[part / kDropoutTile * kClasses + part % 8 / 2];
+          const int key_in_tile = lane_col % kDropoutTile + part % kDropoutTile;
+          if (!d.keeps(word_of(call, 2 * (query % 2) + part % 2), byte_row + key_in_tile / 8)) probs[mt][nt][r] = 0.f;
+        }
       }
     }
 }
 
 // Forward: zeroes the dropped probabilities of a (kAtomM*MT queries x kAtomN*NT keys) fragment
-// whose first row is row0 (a multiple of 16) and first column col0 (a multiple of 32); kept ones
-// stay unscaled (the output is scaled by keep_scale once, at the end). For kernels whose MMAs are
-// synchronous (sm80, CDNA): the bits are used as they are drawn, with no bit mask in between.
+// whose first row is row0 and first column col0 (multiples of 16); kept ones stay unscaled (the
+// output is scaled by keep_scale once, at the end). For kernels whose MMAs are synchronous (sm80,
+// CDNA): the bytes are used as they are drawn.
 template <int MT, int NT>
 __device__ __forceinline__ void drop_probs_fwd(float (&probs)[MT][NT][arch::kAccRegs], const Dropout& d, int row0,
                                                int col0, int lane) {
   if constexpr (arch::kAccLayoutIsM16N8) {
-    drop_probs_fwd_m16n8(probs, d, row0, col0, lane);
+    drop_accumulators(probs, dropout_bytes_fwd<MT, NT>(d, row0, col0, lane), d.keep_threshold);
   } else {
     drop_probs_fwd_mapped(probs, d, row0, col0, lane);
   }
-}
-
-// Forward, for kernels with asynchronous MMAs (sm90): the random bytes of the same fragment as
-// drop_probs_fwd, kept as drawn (bytes[mt][tile] word c byte r: element r of accumulator tile
-// (mt, 4 * tile + c)). They do not depend on the scores, so the kernel draws them while its S MMAs
-// run, and drop_packed_probs applies them to P once it is packed as MMA operands.
-template <int MT, int NT>
-struct DropoutBytes {
-  static_assert(NT % 4 == 0, "whole 32-key dropout tiles");
-  uint4 bytes[MT][NT / 4];
-};
-
-template <int MT, int NT>
-__device__ __forceinline__ DropoutBytes<MT, NT> dropout_bytes_fwd(const Dropout& d, int row0, int col0, int lane) {
-  uint4 counters[MT * (NT / 4)];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int tile = 0; tile < NT / 4; ++tile)
-      counters[mt * (NT / 4) + tile] =
-          d.tile_counter(row0 / kDropoutTileQueries + mt, col0 / kDropoutTileKeys + tile, lane);
-  d.tile_bytes(counters);
-  DropoutBytes<MT, NT> out;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int tile = 0; tile < NT / 4; ++tile) out.bytes[mt][tile] = counters[mt * (NT / 4) + tile];
-  return out;
-}
-
-// 0xffff in each 16-bit half whose element is dropped, for the elements of bytes `first` and
-// first + 1 of `word` (low half: byte `first`). Each byte x goes to (x + 256 - threshold) << 7 in
-// its half (a byte permute, then one multiply-add: at most 511 << 7, so no carry between halves),
-// whose top bit is x >= threshold; half_sign_masks spreads that bit over the half.
-__device__ __forceinline__ uint32_t dropped_pair_mask(uint32_t word, int first, uint32_t keep_threshold) {
-  const uint32_t spread = arch::byte_perm(word, 0u, first == 0 ? 0x4140u : 0x4342u);  // x0 | x1 << 16
-  return arch::half_sign_masks(spread * 128u + (256u - keep_threshold) * 128u * 0x10001u);
-}
-
-// Zeroes the dropped probabilities of P packed as MMA A operands (accumulators_to_a_fragments of
-// the fragment `bytes` was drawn for): two elements per AND.
-template <int MT, int NT>
-__device__ __forceinline__ void drop_packed_probs(uint32_t (&probs)[MT][NT / 2][4], const DropoutBytes<MT, NT>& bytes,
-                                                  uint32_t keep_threshold) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int ks = 0; ks < NT / 2; ++ks)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int nt = 2 * ks + half;  // accumulator tile; elements (0, 1) and (2, 3) are two registers
-        const uint32_t word = word_of(bytes.bytes[mt][nt / 4], nt % 4);
-        probs[mt][ks][2 * half] &= ~dropped_pair_mask(word, 0, keep_threshold);
-        probs[mt][ks][2 * half + 1] &= ~dropped_pair_mask(word, 2, keep_threshold);
-      }
-}
-
-// Backward: the keep bits of a (16*MT keys x 8*NT queries) S^T fragment whose first row is key0 (a
-// multiple of 16) and first column query0 (a multiple of 16).
-// Lane (g, t) = (lane / 4, lane % 4) holds keys g, g + 8 and queries 2t + e (e = 0, 1) of each
-// 16 x 8 tile: per 16 x 16 block its 8 bytes come from the two Philox calls of virtual lanes
-// 4 (2t + e) + g / 2, bytes 2h + g % 2 (h the query half) of the two words of its 16 keys. Lane
-// g ^ 1 (lane ^ 4) needs the same two calls, bytes 2h + (g ^ 1) % 2: so each lane of the pair draws
-// one call (e = g % 2) and hands the partner the partner's 4 bytes of it with one shuffle, one
-// Philox call per 8 elements instead of two.
-template <int MT, int NT>
-__device__ __forceinline__ KeepBits<MT, NT> keep_bits_bwd(const Dropout& d, int key0, int query0, int lane) {
-  static_assert(NT % 2 == 0, "whole 16-query dropout tiles");
-  KeepBits<MT, NT> bits;
-  bits.clear();
-  const int g = lane / 4, t = lane % 4, parity = g % 2;
-  // Packed byte 2 * hk + h of a pair of words (keys g + 8 hk, query half h): bytes 2h + parity.
-  const uint32_t mine_selector = parity ? 0x7531u : 0x6420u, partner_selector = parity ? 0x6420u : 0x7531u;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    const int key_block = key0 + mt * 16;
-    const int key_tile = key_block / kDropoutTileKeys;
-    const int word0 = (key_block % kDropoutTileKeys) / 8;  // word of keys g; keys g + 8 are the next
-    uint4 calls[NT / 2];  // u: the 16-query tile
-#pragma unroll
-    for (int u = 0; u < NT / 2; ++u)
-      calls[u] = d.tile_counter(query0 / kDropoutTileQueries + u, key_tile, 4 * (2 * t + parity) + g / 2);
-    d.tile_bytes(calls);
-#pragma unroll
-    for (int u = 0; u < NT / 2; ++u) {
-      const uint32_t low = word_of(calls[u], word0), high = word_of(calls[u], word0 + 1);
-      const uint32_t mine = arch::byte_perm(low, high, mine_selector);
-      const uint32_t from_partner = arch::shuffle_xor(arch::byte_perm(low, high, partner_selector), 4);
-      const uint32_t even = parity ? from_partner : mine, odd = parity ? mine : from_partner;
-#pragma unroll
-      for (int h = 0; h < 2; ++h)          // query half of the tile: nt = 2u + h
-#pragma unroll
-        for (int hk = 0; hk < 2; ++hk)     // key g or g + 8
-#pragma unroll
-          for (int e = 0; e < 2; ++e)      // query parity
-            if (d.keeps(e == 0 ? even : odd, 2 * hk + h)) bits.set(mt, 2 * u + h, 2 * hk + e);
-    }
-  }
-  return bits;
 }
 
 }  // namespace flash

@@ -75,25 +75,25 @@ def _philox4x32_7(c0, c1, c2, c3, k0, k1):
 @triton.jit
 def _dropout_keep(rows, cols, Rng, batch, heads, head, threshold):
     """Bool (BLOCK_M, BLOCK_N): element (query row, key col) of (batch, head) is kept, from the
-    (seed, offset) int64 pair at Rng (dropout.cuh: counter (j // 32, (i // 16) * 32 + v, stream),
-    v = 4 (i % 8) + (j % 8) / 2, stream = offset + batch * heads + head, key = seed; word
-    (j % 32) / 8, byte 2 ((i % 16) / 8) + j % 2; kept iff the byte < threshold). One Philox call per
-    element: 16 times the work of the CUDA kernels' one call per 16 bytes."""
+    (seed, offset) int64 pair at Rng (dropout.cuh: counter (j // 16, (i // 16) * 16 + v, stream),
+    v = 4 ((i % 8) / 2) + (j % 8) / 2, stream = offset + batch * heads + head, key = seed; word
+    2 (i % 2) + j % 2, byte 2 ((i % 16) / 8) + (j % 16) / 8; kept iff the byte < threshold). One
+    Philox call per element: 16 times the work of the CUDA kernels' one call per 16 bytes."""
     seed = tl.load(Rng)
     stream = tl.load(Rng + 1) + batch * heads + head
     i = rows[:, None]
     j = cols[None, :]
     zero = (i * 0 + j * 0).to(tl.uint32)
-    c0 = (j // 32).to(tl.uint32) + zero
-    c1 = ((i // 16) * 32 + 4 * (i % 8) + (j % 8) // 2).to(tl.uint32) + zero
+    c0 = (j // 16).to(tl.uint32) + zero
+    c1 = ((i // 16) * 16 + 4 * ((i % 8) // 2) + (j % 8) // 2).to(tl.uint32) + zero
     c2 = zero + (stream & 0xFFFFFFFF).to(tl.uint32)
     c3 = zero + (stream >> 32).to(tl.uint32)
     k0 = zero + (seed & 0xFFFFFFFF).to(tl.uint32)
     k1 = zero + (seed >> 32).to(tl.uint32)
     w0, w1, w2, w3 = _philox4x32_7(c0, c1, c2, c3, k0, k1)
-    word_index = (j % 32) // 8
+    word_index = 2 * (i % 2) + j % 2
     word = tl.where(word_index == 0, w0, tl.where(word_index == 1, w1, tl.where(word_index == 2, w2, w3)))
-    shift = (8 * (2 * ((i % 16) // 8) + j % 2)).to(tl.uint32)
+    shift = (8 * (2 * ((i % 16) // 8) + (j % 16) // 8)).to(tl.uint32)
     return ((word >> shift) & 0xFF).to(tl.int32) < threshold
 
 

@@ -141,12 +141,13 @@ void check_column_lanes(const char* name) {
 // The kernels' transposed view (cdna_gemm.cuh): register r of lane L holds C[acc_row][acc_col] =
 // D[acc_col][acc_row] of the atom; one C row per lane, value j of its one row slot is register j;
 // each C element is held once; the row leaders (L < kAtomM) hold each row once; acc_col is an
-// even lane part plus a register part that never carries past a multiple of 8, so a value's
-// dropout key class (key % 8) / 2 is the lane's class plus the register's (drop_probs_fwd_mapped).
+// even lane part plus a register part that never carries past a multiple of 8 or of 16, so a
+// value's dropout key class (key % 8) / 2 and 16-key dropout tile are the lane's plus the
+// register's (drop_probs_fwd_mapped).
 template <typename Shape>
 void check_transposed_view(const char* name) {
   using View = TransposedView<Shape>;
-  constexpr int kDropoutTileKeys = 32;
+  constexpr int kDropoutTile = 16;
   for (int lane = 0; lane < kLanes; ++lane)
     for (int r = 0; r < View::kAccRegs; ++r) {
       const int lane_part = View::acc_col_lane_part(lane), register_part = View::acc_col_register_part(r);
@@ -157,9 +158,15 @@ void check_transposed_view(const char* name) {
       expect(View::acc_col(lane, r) == lane_part + register_part, name, "column = lane part + register part", lane, r);
       expect(lane_part % 2 == 0 && lane_part % 8 + register_part % 8 < 8, name, "no carry past a multiple of 8", lane,
              r);
-      for (int atom = 0; atom * View::kAtomN < kDropoutTileKeys; ++atom) {
+      expect(lane_part % kDropoutTile + register_part % kDropoutTile < kDropoutTile, name,
+             "no carry past a multiple of 16", lane, r);
+      expect(View::kAtomN % kDropoutTile == 0, name, "whole dropout tiles per atom", lane, r);
+      for (int atom = 0; atom < 2; ++atom) {
         const int key = atom * View::kAtomN + View::acc_col(lane, r);
         expect(key % 8 / 2 == lane_part % 8 / 2 + register_part % 8 / 2, name, "dropout key class", lane, r);
+        expect(key / kDropoutTile == atom * View::kAtomN / kDropoutTile + lane_part / kDropoutTile +
+                                         register_part / kDropoutTile,
+               name, "dropout tile", lane, r);
       }
     }
   check_each_element_once(name, "view element owned once", View::kAtomM, View::kAtomN, View::kAccRegs, View::acc_row,

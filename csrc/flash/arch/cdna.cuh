@@ -32,7 +32,7 @@
 //   acc_value, ...      false. Per atom, Shape::acc_row / acc_col (cdna_layout.h) as before.
 //   warp_sync           wave barrier with LDS fences.
 //   exp2_approx, log2_approx, reciprocal_approx   v_exp_f32, v_log_f32, v_rcp_f32.
-//   half_sign_masks, atomic_add_pair, wait_until_equal, release_store   same meaning (no vector fp32
+//   byte_sign_masks, atomic_add_pair, wait_until_equal, release_store   same meaning (no vector fp32
 //                       atomic: two atomicAdd; agent-scope acquire / release atomics);
 //                       mul_hi_lo and byte_perm are arch.cuh's, shared by both layers.
 //   smem_address        not needed: LDS pointers are 32-bit address space 3 pointers.
@@ -90,12 +90,12 @@
 //      registers are consecutive rows of one column. So: P^T / dS^T written as [key][query] take 2-byte
 //      LDS stores (or the consumer reads them transposed), and dQ is best computed as
 //      dQ^T = K^T.dS^T, whose register groups are 4 consecutive dims of one dq row: pair atomics.
-//   6. Dropout. The Philox bit assignment (dropout.cuh: 16x32 tiles over 32 virtual lanes
-//      v = 4 (i % 8) + (j % 8) / 2; keep_bits_bwd's g = lane / 4, t = lane % 4; drop_probs_fwd passes
-//      the real lane as the virtual lane) is the mma.sync layout and must give the same bits for
-//      (batch, head, row, col) on AMD: keep the element -> (tile, virtual lane, word, byte) map and
-//      evaluate it per element from the Shape maps (one Philox call per tile and virtual lane that
-//      the lane's elements need), instead of the sm80 lane arithmetic.
+//   6. Dropout. The Philox byte assignment (dropout.cuh: 16x16 tiles of 16 calls
+//      v = 4 ((i % 8) / 2) + (j % 8) / 2; dropout_bytes_fwd / _bwd draw it in m16n8 lane
+//      arithmetic with a pair exchange between lanes L and L ^ 4) must give the same bits for
+//      (batch, head, row, col) on AMD: keep the element -> (tile, call, word, byte) map and
+//      evaluate it per element from the Shape maps (one Philox call per tile and call that the
+//      lane's elements need: drop_probs_fwd_mapped), instead of the sm80 lane arithmetic.
 //   7. Tile configs. kWarpSize-derived sizes follow (64), but FwdConfig / BwdConfig / the splitkv
 //      config were tuned for 32-lane warps with 16-row atoms: a CDNA config per head dim (the probe:
 //      128 queries x 4 waves, 32 queries per wave, 64-key K/V tiles, Q in registers, 34 KB of LDS
@@ -267,9 +267,18 @@ __device__ __forceinline__ float log2_approx(float x) {
 
 __device__ __forceinline__ float reciprocal_approx(float x) { return __builtin_amdgcn_rcpf(x); }
 
-// 0xffff in each 16-bit half of v whose top bit (bit 15 or 31) is set, else 0.
-__device__ __forceinline__ uint32_t half_sign_masks(uint32_t v) {
-  return ((v & 0x8000u) ? 0xffffu : 0u) | ((v & 0x80000000u) ? 0xffff0000u : 0u);
+// sm80.cuh's byte_sign_masks (PRMT's sign mode), byte by byte.
+template <uint32_t kSelector>
+__device__ __forceinline__ uint32_t byte_sign_masks(uint32_t low, uint32_t high) {
+  static_assert((kSelector & 0x8888u) == 0x8888u, "sign mode in every selector nibble");
+  uint32_t out = 0u;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int source = (kSelector >> (4 * k)) & 7;
+    const uint32_t word = source < 4 ? low : high;
+    if ((word >> (8 * (source % 4) + 7)) & 1u) out |= 0xffu << (8 * k);
+  }
+  return out;
 }
 
 // dst[0] += a, dst[1] += b. CDNA has no packed fp32 atomic add: two scalar ones (hardware atomics

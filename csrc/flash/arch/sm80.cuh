@@ -199,10 +199,13 @@ __device__ __forceinline__ float reciprocal_approx(float x) {
   return y;
 }
 
-// 0xffff in each 16-bit half of v whose top bit (bit 15 or 31) is set, else 0 (PRMT's sign mode).
-__device__ __forceinline__ uint32_t half_sign_masks(uint32_t v) {
+// Byte k of the result is 0xff where the top bit of byte (kSelector >> 4k) & 7 of the 8 bytes
+// {low, high} is set, else 0: PRMT's sign mode (bit 3 of every selector nibble).
+template <uint32_t kSelector>
+__device__ __forceinline__ uint32_t byte_sign_masks(uint32_t low, uint32_t high) {
+  static_assert((kSelector & 0x8888u) == 0x8888u, "sign mode in every selector nibble");
   uint32_t out;
-  asm("prmt.b32 %0, %1, 0, 0xBB99;\n" : "=r"(out) : "r"(v));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(out) : "r"(low), "r"(high), "n"(kSelector));
   return out;
 }
 

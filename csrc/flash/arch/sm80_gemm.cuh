@@ -100,11 +100,9 @@ __device__ __forceinline__ void warp_gemm_ss(float (&c)[MT][NT][4], const T* a_t
 }
 
 // Accumulators of a 16 x 16*KS product, re-packed as A fragments of the next product
-// (P = softmax(S) feeding P.V): atoms 2ks and 2ks+1 of c form k-step ks of A. Each value passes
-// through f(value, mt, nt, r) on the way (e.g. dropout's mask); the overload below passes it as is.
-template <typename T, int MT, int KS, typename F>
-__device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[MT][KS][4], const float (&c)[MT][2 * KS][4],
-                                                            F f) {
+// (P = softmax(S) feeding P.V): atoms 2ks and 2ks+1 of c form k-step ks of A.
+template <typename T, int MT, int KS>
+__device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[MT][KS][4], const float (&c)[MT][2 * KS][4]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -112,14 +110,9 @@ __device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[MT][KS
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int nt = 2 * ks + half;
-        a[mt][ks][2 * half] = pack_pair<T>(f(c[mt][nt][0], mt, nt, 0), f(c[mt][nt][1], mt, nt, 1));
-        a[mt][ks][2 * half + 1] = pack_pair<T>(f(c[mt][nt][2], mt, nt, 2), f(c[mt][nt][3], mt, nt, 3));
+        a[mt][ks][2 * half] = pack_pair<T>(c[mt][nt][0], c[mt][nt][1]);
+        a[mt][ks][2 * half + 1] = pack_pair<T>(c[mt][nt][2], c[mt][nt][3]);
       }
-}
-
-template <typename T, int MT, int KS>
-__device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[MT][KS][4], const float (&c)[MT][2 * KS][4]) {
-  accumulators_to_a_fragments<T>(a, c, [](float value, int, int, int) { return value; });
 }
 
 // c (16*MT x 8*NT) += A (registers, 16*MT x 16*KS) * B[0..16*KS, n0..) from shared memory.
