@@ -7,7 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 regex=${1:-bwd_kernel}
-[[ ${SKIP_BUILD:-0} == 1 ]] || FLASH_ATTN_HDIMS="64;128" FLASH_ATTN_DTYPES=bf16 FLASH_ATTN_LINEINFO=1 STAGES=build \
+[[ ${SKIP_BUILD:-0} == 1 ]] || FLASH_ATTN_HDIMS="64;128" FLASH_ATTN_DTYPES=bf16 NVCC_APPEND_FLAGS=-lineinfo STAGES=build \
   scripts/gpu_check.sh | tail -n 3
 cat > /tmp/one_backward.py <<'PY'
 import sys

@@ -36,16 +36,58 @@ __device__ __forceinline__ void probs_from_logits(float (&scores_t)[MT][NT][4], 
 }
 
 // The element pieces dS needs besides P and dP: the score modifiers, dropout's random bytes (null
-// without dropout) and threshold and where the fragment sits: key0 the absolute key of its row 0, query0 the
-// absolute query of local query column 0 (the query block's first query).
+// without dropout) and threshold, and where the fragment sits: key0 the absolute key of its row 0,
+// query0 the absolute query of local query column 0 (the query block's first query).
 template <int MT, int NT>
 struct DscoreContext {
   const ScoreMod& mod;
-  const DropoutBytes<MT, NT>* dropout_bytes;
+  const BwdDropoutBytes<MT, NT>* dropout_bytes;
   uint32_t keep_threshold;
   float keep_scale;
   int key0, query0;
 };
+
+// dscores_from_dprobs for one combination of dropout and softcap, known at compile time: no branch
+// per element, and the drop tests of a tile drawn once for its four elements.
+template <bool kDropout, bool kSoftcap, int MT, int NT>
+__device__ __forceinline__ void dscores_from_dprobs_with(float (&dprobs_t)[MT][NT][4],
+                                                         const float (&probs_t)[MT][NT][4], const float* dsum,
+                                                         const float* lse, int col0, const FwdParams& fwd,
+                                                         const DscoreContext<MT, NT>& ctx, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    int local_query[2];
+    float query_dsum[2], lse_log2[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      local_query[j] = col0 + nt * arch::kAtomN + arch::acc_col(lane, j);
+      query_dsum[j] = dsum[local_query[j]];
+      lse_log2[j] = kSoftcap ? lse[local_query[j]] * kLog2e : 0.f;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      DropSigns signs{};
+      if constexpr (kDropout) signs = ctx.dropout_bytes->signs(mt, nt, ctx.keep_threshold);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int j = r % 2;  // accumulator register r = 2 h + j: row slot h, column j
+        const float dp = dprobs_t[mt][nt][r];
+        const float p = probs_t[mt][nt][r];
+        float ds;
+        if constexpr (kDropout) {  // dP * Z / keep_prob - dsum as one multiply-add, Z by clearing dropped dP
+          ds = p * fmaf(clear_if(dp, signs.element_mask(r)), ctx.keep_scale, -query_dsum[j]) * fwd.softmax_scale;
+        } else {
+          ds = p * (dp - query_dsum[j]) * fwd.softmax_scale;
+        }
+        if constexpr (kSoftcap) {
+          const int key = ctx.key0 + mt * arch::kAtomM + arch::acc_row(lane, r);
+          ds *= ctx.mod.capped_derivative(p, lse_log2[j], ctx.query0 + local_query[j], key);
+        }
+        dprobs_t[mt][nt][r] = ds;
+      }
+    }
+  }
+}
 
 // In place: dP^T -> dS^T = P^T * (dP^T * Z / keep_prob - dsum) * softmax_scale * d(capped)/d(scaled),
 // with Z the keep mask (FlashAttention 2's dropout backward) and dsum = rowsum(dO * O) indexed like
@@ -54,34 +96,17 @@ template <int MT, int NT>
 __device__ __forceinline__ void dscores_from_dprobs(float (&dprobs_t)[MT][NT][4], const float (&probs_t)[MT][NT][4],
                                                     const float* dsum, const float* lse, int col0, const FwdParams& fwd,
                                                     const DscoreContext<MT, NT>& ctx, int lane) {
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int local_query = col0 + nt * arch::kAtomN + arch::acc_col(lane, j);
-      const float query_dsum = dsum[local_query];
-      const float lse_log2 = ctx.mod.has_softcap() ? lse[local_query] * kLog2e : 0.f;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 2 * h + j;
-          const float dp = dprobs_t[mt][nt][r];
-          const float p = probs_t[mt][nt][r];
-          float ds;
-          if (ctx.dropout_bytes == nullptr) {
-            ds = p * (dp - query_dsum) * fwd.softmax_scale;
-          } else {  // dP * Z / keep_prob - dsum as one multiply-add, Z by clearing dropped dP
-            const DropSigns signs = DropSigns::of(ctx.dropout_bytes->word(mt, nt), ctx.keep_threshold);
-            ds = p * fmaf(clear_if(dp, signs.element_mask(r)), ctx.keep_scale, -query_dsum) * fwd.softmax_scale;
-          }
-          if (ctx.mod.has_softcap()) {
-            const int key = ctx.key0 + mt * arch::kAtomM + arch::acc_row(lane, r);
-            ds *= ctx.mod.capped_derivative(p, lse_log2, ctx.query0 + local_query, key);
-          }
-          dprobs_t[mt][nt][r] = ds;
-        }
+  if (ctx.dropout_bytes != nullptr) {
+    if (ctx.mod.has_softcap()) {
+      dscores_from_dprobs_with<true, true>(dprobs_t, probs_t, dsum, lse, col0, fwd, ctx, lane);
+    } else {
+      dscores_from_dprobs_with<true, false>(dprobs_t, probs_t, dsum, lse, col0, fwd, ctx, lane);
     }
+  } else if (ctx.mod.has_softcap()) {
+    dscores_from_dprobs_with<false, true>(dprobs_t, probs_t, dsum, lse, col0, fwd, ctx, lane);
+  } else {
+    dscores_from_dprobs_with<false, false>(dprobs_t, probs_t, dsum, lse, col0, fwd, ctx, lane);
+  }
 }
 
 // In place: acc *= factor.
@@ -97,7 +122,7 @@ __device__ __forceinline__ void scale_accumulators(float (&acc)[MT][NT][4], floa
 
 // In place: P^T -> P^T * Z / keep_prob, the probabilities dV is taken with.
 template <int MT, int NT>
-__device__ __forceinline__ void drop_probs_bwd(float (&probs_t)[MT][NT][4], const DropoutBytes<MT, NT>& bytes,
+__device__ __forceinline__ void drop_probs_bwd(float (&probs_t)[MT][NT][4], const BwdDropoutBytes<MT, NT>& bytes,
                                                const Dropout& dropout) {
   drop_accumulators(probs_t, bytes, dropout.keep_threshold);
   scale_accumulators(probs_t, dropout.keep_scale);

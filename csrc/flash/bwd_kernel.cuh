@@ -114,7 +114,7 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
 
   scores_to_logits</*kRowsAreKeys=*/true>(scores_t, mask, mod, needs_mask, n0 + key0, m0 + query0, lane);
   probs_from_logits(scores_t, stage.lse, query0, p.fwd, lane);
-  DropoutBytes<kMT, kNT> dropout_bytes;
+  BwdDropoutBytes<kMT, kNT> dropout_bytes;
   if (dropout.enabled) dropout_bytes = dropout_bytes_bwd<kMT, kNT>(dropout, n0 + key0, m0 + query0, lane);
   const DscoreContext<kMT, kNT> ctx{mod, dropout.enabled ? &dropout_bytes : nullptr, dropout.keep_threshold,
                                     dropout.keep_scale, n0 + key0, m0};

@@ -241,7 +241,7 @@ __device__ __forceinline__ void kv_gradients_sm90(BwdSm90Gradients<Cfg>& grads, 
   issue_scores_and_dprobs_sm90<T, Cfg>(scores_t, dprobs_t, sK, sV, stage, at.group_key0);
   after_issue();
   // Dropout's random bytes do not depend on S^T: drawn here, while the S^T and dP^T MMAs run.
-  DropoutBytes<1, kScoreNT> dropout_bytes;
+  BwdDropoutBytes<1, kScoreNT> dropout_bytes;
   if (dropout.enabled) dropout_bytes = dropout_bytes_bwd<1, kScoreNT>(dropout, n0 + at.warp_key0, m0, lane);
   arch::wgmma_wait<1>();  // S^T is done; dP^T may still run
   arch::wgmma_fence_operand(scores_t[0]);

@@ -124,110 +124,20 @@ __device__ __forceinline__ void record_rng_state(const DropoutArgs& a, int tid) 
 }
 
 
-// A fragment's random bytes in accumulator order: word nt % 4 of bytes[mt][nt / 4] holds the
-// bytes of accumulator tile (mt, nt), element r as byte r, whichever pass drew them (forward:
-// rows = queries; backward: rows = keys). Drawn before the scores exist (they do not depend on
-// them), so the kernels draw them while their MMAs run.
-template <int MT, int NT>
-struct DropoutBytes {
-  static_assert(NT % 4 == 0, "whole pairs of 16-column dropout tiles");
-  uint4 bytes[MT][NT / 4];
-
-  __device__ __forceinline__ uint32_t word(int mt, int nt) const { return word_of(bytes[mt][nt / 4], nt % 4); }
-};
-
-// Lanes L and L ^ 4 (`odd` = bit 2 of the lane) each drew the same call of two neighbouring tiles,
-// the even lane tile 0's and the odd lane tile 1's; words (a0, a1) of a call are the even lane's,
-// (b0, b1) the odd lane's. Returns this lane's two words of each tile: two shuffles.
-__device__ __forceinline__ void swap_call_halves(uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1, bool odd,
-                                                 uint32_t (&tile0)[2], uint32_t (&tile1)[2]) {
-  const uint32_t got0 = arch::shuffle_xor(odd ? a0 : b0, 4), got1 = arch::shuffle_xor(odd ? a1 : b1, 4);
-  tile0[0] = odd ? got0 : a0;
-  tile0[1] = odd ? got1 : a1;
-  tile1[0] = odd ? b0 : got0;
-  tile1[1] = odd ? b1 : got1;
-}
-
-// Forward, on the m16n8 accumulator layout: the bytes of a (16*MT queries x 8*NT keys) fragment
-// whose first row is row0 and first column col0 (multiples of 16). Lane (g, t) holds queries
-// i % 2 = g % 2: words (2 (g % 2), +1) = (j % 2 = 0, 1) of call 4 (g / 2) + t, bytes
-// 2 ((i % 16) / 8) + (j % 16) / 8; a byte permute puts the two words' bytes of key block kh
-// (accumulator tile 2 * tile + kh) in accumulator order r = 2 ((i % 16) / 8) + j % 2.
-template <int MT, int NT>
-__device__ __forceinline__ DropoutBytes<MT, NT> dropout_bytes_fwd(const Dropout& d, int row0, int col0, int lane) {
-  static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators (drop_probs_fwd_mapped for others)");
-  constexpr int kPairs = NT / 4;  // pairs of 16-key tiles
-  const int g = lane / 4, t = lane % 4;
-  const bool odd = g % 2;
-  uint4 calls[MT * kPairs];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int pair = 0; pair < kPairs; ++pair)
-      calls[mt * kPairs + pair] = d.tile_counter(row0 / kDropoutTile + mt, col0 / kDropoutTile + 2 * pair + odd,
-                                                 4 * (g / 2) + t);
-  d.draw(calls);
-  DropoutBytes<MT, NT> out;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int pair = 0; pair < kPairs; ++pair) {
-      const uint4& c = calls[mt * kPairs + pair];
-      uint32_t tile0[2], tile1[2];  // (j % 2 = 0, j % 2 = 1)
-      swap_call_halves(c.x, c.y, c.z, c.w, odd, tile0, tile1);
-      out.bytes[mt][pair] = make_uint4(arch::byte_perm(tile0[0], tile0[1], 0x6240u),  // kh = 0
-                                       arch::byte_perm(tile0[0], tile0[1], 0x7351u),  // kh = 1
-                                       arch::byte_perm(tile1[0], tile1[1], 0x6240u),
-                                       arch::byte_perm(tile1[0], tile1[1], 0x7351u));
-    }
-  return out;
-}
-
-// Backward: the bytes of a (16*MT keys x 8*NT queries) S^T fragment whose first row is key0 and
-// first column query0 (multiples of 16). Lane (g, t) holds keys j % 2 = g % 2: words
-// (g % 2, 2 + g % 2) = (i % 2 = 0, 1) of call 4t + g / 2, bytes 2 ((i % 16) / 8) + (j % 16) / 8; a
-// byte permute puts the two words' bytes of query block qh (accumulator tile 2 * tile + qh) in
-// accumulator order r = 2 ((j % 16) / 8) + i % 2.
-template <int MT, int NT>
-__device__ __forceinline__ DropoutBytes<MT, NT> dropout_bytes_bwd(const Dropout& d, int key0, int query0, int lane) {
-  static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators");
-  constexpr int kPairs = NT / 4;  // pairs of 16-query tiles
-  const int g = lane / 4, t = lane % 4;
-  const bool odd = g % 2;
-  uint4 calls[MT * kPairs];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int pair = 0; pair < kPairs; ++pair)
-      calls[mt * kPairs + pair] = d.tile_counter(query0 / kDropoutTile + 2 * pair + odd, key0 / kDropoutTile + mt,
-                                                 4 * t + g / 2);
-  d.draw(calls);
-  DropoutBytes<MT, NT> out;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int pair = 0; pair < kPairs; ++pair) {
-      const uint4& c = calls[mt * kPairs + pair];
-      uint32_t tile0[2], tile1[2];  // (i % 2 = 0, i % 2 = 1)
-      swap_call_halves(c.x, c.z, c.y, c.w, odd, tile0, tile1);
-      out.bytes[mt][pair] = make_uint4(arch::byte_perm(tile0[0], tile0[1], 0x5140u),  // qh = 0
-                                       arch::byte_perm(tile0[0], tile0[1], 0x7362u),  // qh = 1
-                                       arch::byte_perm(tile1[0], tile1[1], 0x5140u),
-                                       arch::byte_perm(tile1[0], tile1[1], 0x7362u));
-    }
-  return out;
-}
-
-// The drop test of a word's four bytes x (dropped iff x >= threshold), as sign bits: byte k's
-// (x + 256 - threshold) << 7 goes to 16-bit half k / 2 of `even` (k even) or `odd` (a byte permute
-// and one multiply-add each: at most 511 << 7, no carry between halves), whose top bit is the
-// test. Masks are then one sign-mode byte permute each.
+// The drop test of four random bytes x (dropped iff x >= threshold), as sign bits: the bytes of
+// elements 0 and 2 go to the 16-bit halves of `even`, those of 1 and 3 to `odd`, each as
+// (x + 256 - threshold) << 7 (a byte permute and one multiply-add per word: at most 511 << 7, no
+// carry between halves), whose top bit is the test. Masks are then one sign-mode byte permute each.
 struct DropSigns {
-  uint32_t even, odd;  // bytes 0, 2 / bytes 1, 3: top bits 15 and 31
+  uint32_t even, odd;  // elements 0, 2 / 1, 3: top bits 15 and 31
 
-  __device__ __forceinline__ static DropSigns of(uint32_t word, uint32_t keep_threshold) {
+  // Elements 0 and 2 are the bytes kSelector picks of even_word (into result bytes 0 and 2, zero
+  // bytes 1 and 3), elements 1 and 3 the same bytes of odd_word.
+  template <uint32_t kSelector>
+  __device__ __forceinline__ static DropSigns of(uint32_t even_word, uint32_t odd_word, uint32_t keep_threshold) {
     const uint32_t bias = (256u - keep_threshold) * 128u * 0x10001u;
-    return {arch::byte_perm(word, 0u, 0x4240u) * 128u + bias, arch::byte_perm(word, 0u, 0x4341u) * 128u + bias};
+    return {arch::byte_perm(even_word, 0u, kSelector) * 128u + bias,
+            arch::byte_perm(odd_word, 0u, kSelector) * 128u + bias};
   }
   // 0xffff in each 16-bit half whose element is dropped: elements (2k, 2k + 1), low half first.
   template <int k>
@@ -245,29 +155,130 @@ struct DropSigns {
   }
 };
 
+// A fragment's random bytes as its lanes hold them after the pair exchange: per 16 x 16 dropout
+// tile (accumulator tiles nt = 2u, 2u + 1 of row block mt), the lane's two words of the tile's
+// call, words[mt][u][r % 2] for accumulator element r (the column's parity: j % 2 in the forward,
+// i % 2 in the backward). Element r of accumulator tile nt is byte 2 (r / 2) + nt % 2 of its word
+// in the forward (rows = queries: byte 2 ((i % 16) / 8) + (j % 16) / 8) and 2 (nt % 2) + r / 2 in
+// the backward (kRowsAreKeys, S^T). Drawn before the scores exist (they do not depend on them), so
+// the kernels draw them while their MMAs run.
+template <int MT, int NT, bool kRowsAreKeys>
+struct DropoutBytes {
+  static_assert(NT % 4 == 0, "whole pairs of 16-column dropout tiles");
+  uint32_t words[MT][NT / 2][2];
+
+  // The drop tests of accumulator tile (mt, nt).
+  __device__ __forceinline__ DropSigns signs(int mt, int nt, uint32_t keep_threshold) const {
+    const uint32_t(&w)[2] = words[mt][nt / 2];
+    if constexpr (kRowsAreKeys) {
+      return nt % 2 == 0 ? DropSigns::of<0x4140u>(w[0], w[1], keep_threshold)
+                         : DropSigns::of<0x4342u>(w[0], w[1], keep_threshold);
+    } else {
+      return nt % 2 == 0 ? DropSigns::of<0x4240u>(w[0], w[1], keep_threshold)
+                         : DropSigns::of<0x4341u>(w[0], w[1], keep_threshold);
+    }
+  }
+};
+template <int MT, int NT>
+using FwdDropoutBytes = DropoutBytes<MT, NT, false>;
+template <int MT, int NT>
+using BwdDropoutBytes = DropoutBytes<MT, NT, true>;
+
+// Lanes L and L ^ 4 (`odd` = bit 2 of the lane) each drew the same call of two neighbouring tiles,
+// the even lane tile 0's and the odd lane tile 1's; words (a0, a1) of a call are the even lane's,
+// (b0, b1) the odd lane's. Writes this lane's two words of each tile: two shuffles.
+__device__ __forceinline__ void swap_call_halves(uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1, bool odd,
+                                                 uint32_t (&tile0)[2], uint32_t (&tile1)[2]) {
+  const uint32_t got0 = arch::shuffle_xor(odd ? a0 : b0, 4), got1 = arch::shuffle_xor(odd ? a1 : b1, 4);
+  tile0[0] = odd ? got0 : a0;
+  tile0[1] = odd ? got1 : a1;
+  tile1[0] = odd ? b0 : got0;
+  tile1[1] = odd ? b1 : got1;
+}
+
+// Forward, on the m16n8 accumulator layout: the bytes of a (16*MT queries x 8*NT keys) fragment
+// whose first row is row0 and first column col0 (multiples of 16). Lane (g, t) holds queries
+// i % 2 = g % 2: words 2 (g % 2) and 2 (g % 2) + 1 (j % 2 = 0, 1) of call 4 (g / 2) + t.
+template <int MT, int NT>
+__device__ __forceinline__ FwdDropoutBytes<MT, NT> dropout_bytes_fwd(const Dropout& d, int row0, int col0, int lane) {
+  static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators (drop_probs_fwd_mapped for others)");
+  constexpr int kPairs = NT / 4;  // pairs of 16-key tiles
+  const int g = lane / 4, t = lane % 4;
+  const bool odd = g % 2;
+  uint4 calls[MT * kPairs];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int pair = 0; pair < kPairs; ++pair)
+      calls[mt * kPairs + pair] = d.tile_counter(row0 / kDropoutTile + mt, col0 / kDropoutTile + 2 * pair + odd,
+                                                 4 * (g / 2) + t);
+  d.draw(calls);
+  FwdDropoutBytes<MT, NT> out;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const uint4& c = calls[mt * kPairs + pair];
+      swap_call_halves(c.x, c.y, c.z, c.w, odd, out.words[mt][2 * pair], out.words[mt][2 * pair + 1]);
+    }
+  return out;
+}
+
+// Backward: the bytes of a (16*MT keys x 8*NT queries) S^T fragment whose first row is key0 and
+// first column query0 (multiples of 16). Lane (g, t) holds keys j % 2 = g % 2: words g % 2 and
+// 2 + g % 2 (i % 2 = 0, 1) of call 4t + g / 2.
+template <int MT, int NT>
+__device__ __forceinline__ BwdDropoutBytes<MT, NT> dropout_bytes_bwd(const Dropout& d, int key0, int query0, int lane) {
+  static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators");
+  constexpr int kPairs = NT / 4;  // pairs of 16-query tiles
+  const int g = lane / 4, t = lane % 4;
+  const bool odd = g % 2;
+  uint4 calls[MT * kPairs];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int pair = 0; pair < kPairs; ++pair)
+      calls[mt * kPairs + pair] = d.tile_counter(query0 / kDropoutTile + 2 * pair + odd, key0 / kDropoutTile + mt,
+                                                 4 * t + g / 2);
+  d.draw(calls);
+  BwdDropoutBytes<MT, NT> out;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const uint4& c = calls[mt * kPairs + pair];
+      swap_call_halves(c.x, c.z, c.y, c.w, odd, out.words[mt][2 * pair], out.words[mt][2 * pair + 1]);
+    }
+  return out;
+}
+
 // value with its bits cleared where `dropped` is set (0 for a dropped fp32 element).
 __device__ __forceinline__ float clear_if(float value, uint32_t dropped) {
   return __uint_as_float(__float_as_uint(value) & ~dropped);
 }
 
 // In place: fp32 accumulators with the dropped elements zeroed.
-template <int MT, int NT>
-__device__ __forceinline__ void drop_accumulators(float (&acc)[MT][NT][4], const DropoutBytes<MT, NT>& bytes,
+template <int MT, int NT, bool kRowsAreKeys>
+__device__ __forceinline__ void drop_accumulators(float (&acc)[MT][NT][4],
+                                                  const DropoutBytes<MT, NT, kRowsAreKeys>& bytes,
                                                   uint32_t keep_threshold) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      const DropSigns signs = DropSigns::of(bytes.word(mt, nt), keep_threshold);
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[mt][nt][r] = clear_if(acc[mt][nt][r], signs.element_mask(r));
+      const DropSigns signs = bytes.signs(mt, nt, keep_threshold);
+      acc[mt][nt][0] = clear_if(acc[mt][nt][0], signs.element_mask<0>());
+      acc[mt][nt][1] = clear_if(acc[mt][nt][1], signs.element_mask<1>());
+      acc[mt][nt][2] = clear_if(acc[mt][nt][2], signs.element_mask<2>());
+      acc[mt][nt][3] = clear_if(acc[mt][nt][3], signs.element_mask<3>());
     }
 }
 
 // In place: the dropped probabilities of P packed as MMA A operands (accumulators_to_a_fragments
 // of the fragment `bytes` was drawn for) zeroed, two elements per AND.
-template <int MT, int NT>
-__device__ __forceinline__ void drop_packed_probs(uint32_t (&probs)[MT][NT / 2][4], const DropoutBytes<MT, NT>& bytes,
+template <int MT, int NT, bool kRowsAreKeys>
+__device__ __forceinline__ void drop_packed_probs(uint32_t (&probs)[MT][NT / 2][4],
+                                                  const DropoutBytes<MT, NT, kRowsAreKeys>& bytes,
                                                   uint32_t keep_threshold) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -275,7 +286,7 @@ __device__ __forceinline__ void drop_packed_probs(uint32_t (&probs)[MT][NT / 2][
     for (int ks = 0; ks < NT / 2; ++ks)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // accumulator tile 2 ks + half: elements (0, 1), (2, 3)
-        const DropSigns signs = DropSigns::of(bytes.word(mt, 2 * ks + half), keep_threshold);
+        const DropSigns signs = bytes.signs(mt, 2 * ks + half, keep_threshold);
         probs[mt][ks][2 * half] &= ~signs.pair_mask<0>();
         probs[mt][ks][2 * half + 1] &= ~signs.pair_mask<1>();
       }
@@ -321,6 +332,7 @@ __device__ __forceinline__ void drop_probs_fwd_mapped(float (&probs)[MT][NT][arc
     for (int h = 0; h < arch::kAccRows; ++h) {
       const int query = row0 + mt * arch::kAtomM + arch::acc_row(lane, arch::acc_value(h, 0));
       const int first_call = 4 * (query % 8 / 2) + lane_col % 8 / 2, byte_row = 2 * (query % 16 / 8);
+      const uint32_t odd_row_mask = 0u - static_cast<uint32_t>(query % 2);  // words 2 and 3 of a call, else 0 and 1
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int first_tile = (col0 + nt * arch::kAtomN + lane_col) / kDropoutTile;
@@ -331,12 +343,20 @@ __device__ __forceinline__ void drop_probs_fwd_mapped(float (&probs)[MT][NT][arc
           for (int c = 0; c < kClasses; ++c)
             calls[tile * kClasses + c] = d.tile_counter(query / kDropoutTile, first_tile + tile, first_call + c);
         d.draw(calls);
+        // This row's words (j % 2 = 0, 1) of each call, blended with a mask: a select between two
+        // fields became a load at a selected address, which kept `calls` in scratch (gfx942).
+        uint32_t row_words[kTiles * kClasses][2];
+#pragma unroll
+        for (int k = 0; k < kTiles * kClasses; ++k) {
+          row_words[k][0] = (calls[k].x & ~odd_row_mask) | (calls[k].z & odd_row_mask);
+          row_words[k][1] = (calls[k].y & ~odd_row_mask) | (calls[k].w & odd_row_mask);
+        }
 #pragma unroll
         for (int j = 0; j < arch::kAccValuesPerRow; ++j) {
           const int r = arch::acc_value(h, j), part = arch::acc_col_register_part(r);
-          const uint4& call = calls[part / kDropoutTile * kClasses + part % 8 / 2];
+          const uint32_t word = row_words[part / kDropoutTile * kClasses + part % 8 / 2][part % 2];
           const int key_in_tile = lane_col % kDropoutTile + part % kDropoutTile;
-          if (!d.keeps(word_of(call, 2 * (query % 2) + part % 2), byte_row + key_in_tile / 8)) probs[mt][nt][r] = 0.f;
+          if (!d.keeps(word, byte_row + key_in_tile / 8)) probs[mt][nt][r] = 0.f;
         }
       }
     }

@@ -110,7 +110,7 @@ struct Sm90ForwardRows {
   float scores[1][kScoreNT][4];             // S rows of this warp (16 x kBlockN), then P until converted
   float rescale[1][2];                      // O's pending rescale from the latest softmax
   uint32_t probs[1][Cfg::kBlockN / 16][4];  // P of the previous block, the A operand of its P.V
-  DropoutBytes<1, kScoreNT> drop_bytes;     // dropout's random bytes of the latest block
+  FwdDropoutBytes<1, kScoreNT> drop_bytes;     // dropout's random bytes of the latest block
 
   __device__ __forceinline__ void init() {
     arch::zero_accumulators(acc);
