@@ -16,8 +16,10 @@ _WEYL0, _WEYL1 = 0x9E3779B9, 0xBB67AE85
 
 
 def keep_threshold(dropout_p):
-    """Bytes below this are kept: round(256 * (1 - p)), as the CUDA op computes it."""
-    return min(256, int(round((1.0 - dropout_p) * 256.0)))
+    """Bytes below this are kept: round(256 * (1 - p)), at most 255, as the CUDA op computes it (its
+    kernels test four bytes at once against a byte: csrc/flash/dropout.cuh). So byte 255 is always
+    dropped and p below 1/512 drops 1/256, as FlashAttention 2's threshold floor(255 (1 - p)) does."""
+    return min(255, int(round((1.0 - dropout_p) * 256.0)))
 
 
 def _mul_hi_lo(a, b):

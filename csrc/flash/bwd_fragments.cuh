@@ -35,20 +35,19 @@ __device__ __forceinline__ void probs_from_logits(float (&scores_t)[MT][NT][4], 
     }
 }
 
-// The element pieces dS needs besides P and dP: the score modifiers, dropout's random bytes (null
-// without dropout) and threshold, and where the fragment sits: key0 the absolute key of its row 0,
+// The element pieces dS needs besides P and dP: the score modifiers, dropout's drop tests (null
+// without dropout) and 1 / keep_prob, and where the fragment sits: key0 the absolute key of its row 0,
 // query0 the absolute query of local query column 0 (the query block's first query).
 template <int MT, int NT>
 struct DscoreContext {
   const ScoreMod& mod;
-  const BwdDropoutBytes<MT, NT>* dropout_bytes;
-  uint32_t keep_threshold;
+  const BwdDropTests<MT, NT>* drop_tests;
   float keep_scale;
   int key0, query0;
 };
 
 // dscores_from_dprobs for one combination of dropout and softcap, known at compile time: no branch
-// per element, and the drop tests of a tile drawn once for its four elements.
+// per element.
 template <bool kDropout, bool kSoftcap, int MT, int NT>
 __device__ __forceinline__ void dscores_from_dprobs_with(float (&dprobs_t)[MT][NT][4],
                                                          const float (&probs_t)[MT][NT][4], const float* dsum,
@@ -66,8 +65,6 @@ __device__ __forceinline__ void dscores_from_dprobs_with(float (&dprobs_t)[MT][N
     }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      DropSigns signs{};
-      if constexpr (kDropout) signs = ctx.dropout_bytes->signs(mt, nt, ctx.keep_threshold);
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int j = r % 2;  // accumulator register r = 2 h + j: row slot h, column j
@@ -75,7 +72,8 @@ __device__ __forceinline__ void dscores_from_dprobs_with(float (&dprobs_t)[MT][N
         const float p = probs_t[mt][nt][r];
         float ds;
         if constexpr (kDropout) {  // dP * Z / keep_prob - dsum as one multiply-add, Z by clearing dropped dP
-          ds = p * fmaf(clear_if(dp, signs.element_mask(r)), ctx.keep_scale, -query_dsum[j]) * fwd.softmax_scale;
+          ds = p * fmaf(clear_if(dp, ctx.drop_tests->element_mask(mt, nt, r)), ctx.keep_scale, -query_dsum[j]) *
+               fwd.softmax_scale;
         } else {
           ds = p * (dp - query_dsum[j]) * fwd.softmax_scale;
         }
@@ -96,7 +94,7 @@ template <int MT, int NT>
 __device__ __forceinline__ void dscores_from_dprobs(float (&dprobs_t)[MT][NT][4], const float (&probs_t)[MT][NT][4],
                                                     const float* dsum, const float* lse, int col0, const FwdParams& fwd,
                                                     const DscoreContext<MT, NT>& ctx, int lane) {
-  if (ctx.dropout_bytes != nullptr) {
+  if (ctx.drop_tests != nullptr) {
     if (ctx.mod.has_softcap()) {
       dscores_from_dprobs_with<true, true>(dprobs_t, probs_t, dsum, lse, col0, fwd, ctx, lane);
     } else {
@@ -122,10 +120,10 @@ __device__ __forceinline__ void scale_accumulators(float (&acc)[MT][NT][4], floa
 
 // In place: P^T -> P^T * Z / keep_prob, the probabilities dV is taken with.
 template <int MT, int NT>
-__device__ __forceinline__ void drop_probs_bwd(float (&probs_t)[MT][NT][4], const BwdDropoutBytes<MT, NT>& bytes,
-                                               const Dropout& dropout) {
-  drop_accumulators(probs_t, bytes, dropout.keep_threshold);
-  scale_accumulators(probs_t, dropout.keep_scale);
+__device__ __forceinline__ void drop_probs_bwd(float (&probs_t)[MT][NT][4], const BwdDropTests<MT, NT>& tests,
+                                               float keep_scale) {
+  drop_accumulators(probs_t, tests);
+  scale_accumulators(probs_t, keep_scale);
 }
 
 // Adds a warp's dQ fragment (rows row0.. of the query block at m0, head-dim columns col0..) into

@@ -114,12 +114,11 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
 
   scores_to_logits</*kRowsAreKeys=*/true>(scores_t, mask, mod, needs_mask, n0 + key0, m0 + query0, lane);
   probs_from_logits(scores_t, stage.lse, query0, p.fwd, lane);
-  BwdDropoutBytes<kMT, kNT> dropout_bytes;
-  if (dropout.enabled) dropout_bytes = dropout_bytes_bwd<kMT, kNT>(dropout, n0 + key0, m0 + query0, lane);
-  const DscoreContext<kMT, kNT> ctx{mod, dropout.enabled ? &dropout_bytes : nullptr, dropout.keep_threshold,
-                                    dropout.keep_scale, n0 + key0, m0};
+  BwdDropTests<kMT, kNT> drop_tests;
+  if (dropout.enabled) drop_tests = drop_tests_bwd<kMT, kNT>(dropout, n0 + key0, m0 + query0, lane);
+  const DscoreContext<kMT, kNT> ctx{mod, dropout.enabled ? &drop_tests : nullptr, dropout.keep_scale, n0 + key0, m0};
   dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, query0, p.fwd, ctx, lane);
-  if (dropout.enabled) drop_probs_bwd(scores_t, dropout_bytes, dropout);
+  if (dropout.enabled) drop_probs_bwd(scores_t, drop_tests, dropout.keep_scale);
   arch::store_accumulators<kMT, kNT, T>(sPt, Cfg::kScoreStride, key0, query0, scores_t, lane);
   arch::store_accumulators<kMT, kNT, T>(sdSt, Cfg::kScoreStride, key0, query0, dprobs_t, lane);
 }

@@ -241,8 +241,8 @@ __device__ __forceinline__ void kv_gradients_sm90(BwdSm90Gradients<Cfg>& grads, 
   issue_scores_and_dprobs_sm90<T, Cfg>(scores_t, dprobs_t, sK, sV, stage, at.group_key0);
   after_issue();
   // Dropout's random bytes do not depend on S^T: drawn here, while the S^T and dP^T MMAs run.
-  BwdDropoutBytes<1, kScoreNT> dropout_bytes;
-  if (dropout.enabled) dropout_bytes = dropout_bytes_bwd<1, kScoreNT>(dropout, n0 + at.warp_key0, m0, lane);
+  BwdDropTests<1, kScoreNT> drop_tests;
+  if (dropout.enabled) drop_tests = drop_tests_bwd<1, kScoreNT>(dropout, n0 + at.warp_key0, m0, lane);
   arch::wgmma_wait<1>();  // S^T is done; dP^T may still run
   arch::wgmma_fence_operand(scores_t[0]);
   scores_to_logits</*kRowsAreKeys=*/true>(scores_t, mask, mod, !mask.block_fully_visible(m0, kBlockM, n0, kBlockN),
@@ -250,13 +250,13 @@ __device__ __forceinline__ void kv_gradients_sm90(BwdSm90Gradients<Cfg>& grads, 
   probs_from_logits(scores_t, stage.lse, 0, p.fwd, lane);
   uint32_t probs_a[1][kBlockM / 16][4];  // P^T * Z, the A operand of dV (1 / keep_prob: at the end)
   arch::accumulators_to_a_fragments<T>(probs_a, scores_t);
-  if (dropout.enabled) drop_packed_probs(probs_a, dropout_bytes, dropout.keep_threshold);
+  if (dropout.enabled) drop_packed_probs(probs_a, drop_tests);
   if constexpr (!Cfg::kDvAfterDs) issue_kv_gradient_sm90<T, Cfg>(grads.dv, probs_a, stage.dout);  // dV += P^T.dO
 
   arch::wgmma_wait<Cfg::kDvAfterDs ? 0 : 1>();  // dP^T is done; dV may still run
   arch::wgmma_fence_operand(dprobs_t[0]);
-  const DscoreContext<1, kScoreNT> ctx{mod, dropout.enabled ? &dropout_bytes : nullptr, dropout.keep_threshold,
-                                       dropout.keep_scale, n0 + at.warp_key0, m0};
+  const DscoreContext<1, kScoreNT> ctx{mod, dropout.enabled ? &drop_tests : nullptr, dropout.keep_scale,
+                                       n0 + at.warp_key0, m0};
   dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, 0, p.fwd, ctx, lane);
   if constexpr (Cfg::kDvAfterDs) issue_kv_gradient_sm90<T, Cfg>(grads.dv, probs_a, stage.dout);  // dV += P^T.dO
   before_ds_store();

@@ -65,7 +65,8 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int c) {
 struct Dropout {
   uint32_t key0, key1;
   uint32_t stream_lo, stream_hi;  // offset + batch * heads + head
-  uint32_t keep_threshold;
+  uint32_t keep_threshold;   // 0..255
+  uint32_t threshold_bytes;  // keep_threshold in every byte
   float keep_scale;  // 1 / keep_prob
   bool enabled;
 
@@ -73,6 +74,7 @@ struct Dropout {
     Dropout d = none();
     d.enabled = kDropoutCompiled && a.keep_prob < 1.f;
     d.keep_threshold = a.keep_threshold;
+    d.threshold_bytes = a.keep_threshold * 0x01010101u;
     d.keep_scale = d.enabled ? 1.f / a.keep_prob : 1.f;
     if (!d.enabled) return d;
     const PhiloxArgs& ph = a.philox;
@@ -87,7 +89,7 @@ struct Dropout {
   }
 
   // No dropout: what the kernels' plain variants use, known at compile time.
-  __device__ __forceinline__ static Dropout none() { return Dropout{0u, 0u, 0u, 0u, 256u, 1.f, false}; }
+  __device__ __forceinline__ static Dropout none() { return Dropout{0u, 0u, 0u, 0u, 255u, 0xffffffffu, 1.f, false}; }
 
   // The Philox counter of call `call` (0..15) of the dropout tile (query_tile, key_tile).
   __device__ __forceinline__ uint4 tile_counter(int query_tile, int key_tile, int call) const {
@@ -102,6 +104,15 @@ struct Dropout {
 
   __device__ __forceinline__ bool keeps(uint32_t word, int byte) const {
     return ((word >> (8 * byte)) & 0xffu) < keep_threshold;
+  }
+
+  // The drop tests of a word's four bytes at once: the top bit of byte k of the result is set iff
+  // byte k of `word` is >= keep_threshold (dropped). Per byte, (x | 128) - (T & 127) stays in 1..255
+  // (no borrow between bytes) and its top bit is (x & 127) >= (T & 127); where the top bits of x and
+  // T differ, x's decides. Three instructions for four bytes; why keep_threshold stops at 255.
+  __device__ __forceinline__ uint32_t dropped_byte_tests(uint32_t word) const {
+    const uint32_t low_bits = (word | 0x80808080u) - (threshold_bytes & 0x7f7f7f7fu);
+    return (word & ~threshold_bytes) | (~(word ^ threshold_bytes) & low_bits);
   }
 
   // Whether element (query, key) is kept: one Philox call for one element (the S_dmask pass).
@@ -124,65 +135,54 @@ __device__ __forceinline__ void record_rng_state(const DropoutArgs& a, int tid) 
 }
 
 
-// The drop test of four random bytes x (dropped iff x >= threshold), as sign bits: the bytes of
-// elements 0 and 2 go to the 16-bit halves of `even`, those of 1 and 3 to `odd`, each as
-// (x + 256 - threshold) << 7 (a byte permute and one multiply-add per word: at most 511 << 7, no
-// carry between halves), whose top bit is the test. Masks are then one sign-mode byte permute each.
-struct DropSigns {
-  uint32_t even, odd;  // elements 0, 2 / 1, 3: top bits 15 and 31
-
-  // Elements 0 and 2 are the bytes kSelector picks of even_word (into result bytes 0 and 2, zero
-  // bytes 1 and 3), elements 1 and 3 the same bytes of odd_word.
-  template <uint32_t kSelector>
-  __device__ __forceinline__ static DropSigns of(uint32_t even_word, uint32_t odd_word, uint32_t keep_threshold) {
-    const uint32_t bias = (256u - keep_threshold) * 128u * 0x10001u;
-    return {arch::byte_perm(even_word, 0u, kSelector) * 128u + bias,
-            arch::byte_perm(odd_word, 0u, kSelector) * 128u + bias};
-  }
-  // 0xffff in each 16-bit half whose element is dropped: elements (2k, 2k + 1), low half first.
-  template <int k>
-  __device__ __forceinline__ uint32_t pair_mask() const {
-    return arch::byte_sign_masks<k == 0 ? 0xDD99u : 0xFFBBu>(even, odd);
-  }
-  // 0xffffffff if element r is dropped.
-  template <int r>
-  __device__ __forceinline__ uint32_t element_mask() const {
-    return arch::byte_sign_masks<r == 0 ? 0x9999u : r == 1 ? 0xDDDDu : r == 2 ? 0xBBBBu : 0xFFFFu>(even, odd);
-  }
-  // The same for r known only after unrolling.
-  __device__ __forceinline__ uint32_t element_mask(int r) const {
-    return r == 0 ? element_mask<0>() : r == 1 ? element_mask<1>() : r == 2 ? element_mask<2>() : element_mask<3>();
-  }
-};
-
-// A fragment's random bytes as its lanes hold them after the pair exchange: per 16 x 16 dropout
-// tile (accumulator tiles nt = 2u, 2u + 1 of row block mt), the lane's two words of the tile's
-// call, words[mt][u][r % 2] for accumulator element r (the column's parity: j % 2 in the forward,
-// i % 2 in the backward). Element r of accumulator tile nt is byte 2 (r / 2) + nt % 2 of its word
-// in the forward (rows = queries: byte 2 ((i % 16) / 8) + (j % 16) / 8) and 2 (nt % 2) + r / 2 in
-// the backward (kRowsAreKeys, S^T). Drawn before the scores exist (they do not depend on them), so
-// the kernels draw them while their MMAs run.
+// A fragment's drop tests as its lanes hold them after the pair exchange: per 16 x 16 dropout tile
+// (accumulator tiles nt = 2u, 2u + 1 of row block mt), Dropout::dropped_byte_tests of the lane's
+// two words of the tile's call, words[mt][u][r % 2] for accumulator element r (the column's parity:
+// j % 2 in the forward, i % 2 in the backward). Element r of accumulator tile nt is byte
+// 2 (r / 2) + nt % 2 of its word in the forward (rows = queries: byte 2 ((i % 16) / 8) + (j % 16) / 8)
+// and 2 (nt % 2) + r / 2 in the backward (kRowsAreKeys, S^T). A mask is one sign-mode byte permute
+// of the two words. Drawn before the scores exist (they do not depend on them), so the kernels draw
+// them while their MMAs run.
 template <int MT, int NT, bool kRowsAreKeys>
-struct DropoutBytes {
+struct DropTests {
   static_assert(NT % 4 == 0, "whole pairs of 16-column dropout tiles");
   uint32_t words[MT][NT / 2][2];
 
-  // The drop tests of accumulator tile (mt, nt).
-  __device__ __forceinline__ DropSigns signs(int mt, int nt, uint32_t keep_threshold) const {
+  // Element r of accumulator tile nt as byte 0..7 of the pair (words[..][0], words[..][1]).
+  __device__ __forceinline__ static constexpr int byte_of(int nt, int r) {
+    return 4 * (r % 2) + (kRowsAreKeys ? 2 * (nt % 2) + r / 2 : 2 * (r / 2) + nt % 2);
+  }
+  // 0xffffffff if element r of accumulator tile (mt, nt) is dropped, else 0. (The switches fold away
+  // once the callers' loops are unrolled: the selectors are immediates.)
+  __device__ __forceinline__ uint32_t element_mask(int mt, int nt, int r) const {
     const uint32_t(&w)[2] = words[mt][nt / 2];
-    if constexpr (kRowsAreKeys) {
-      return nt % 2 == 0 ? DropSigns::of<0x4140u>(w[0], w[1], keep_threshold)
-                         : DropSigns::of<0x4342u>(w[0], w[1], keep_threshold);
-    } else {
-      return nt % 2 == 0 ? DropSigns::of<0x4240u>(w[0], w[1], keep_threshold)
-                         : DropSigns::of<0x4341u>(w[0], w[1], keep_threshold);
+    switch (byte_of(nt, r)) {
+      case 0: return arch::byte_sign_masks<0x8888u>(w[0], w[1]);
+      case 1: return arch::byte_sign_masks<0x9999u>(w[0], w[1]);
+      case 2: return arch::byte_sign_masks<0xAAAAu>(w[0], w[1]);
+      case 3: return arch::byte_sign_masks<0xBBBBu>(w[0], w[1]);
+      case 4: return arch::byte_sign_masks<0xCCCCu>(w[0], w[1]);
+      case 5: return arch::byte_sign_masks<0xDDDDu>(w[0], w[1]);
+      case 6: return arch::byte_sign_masks<0xEEEEu>(w[0], w[1]);
+      default: return arch::byte_sign_masks<0xFFFFu>(w[0], w[1]);
+    }
+  }
+  // 0xffff in each 16-bit half whose element is dropped: elements (2k, 2k + 1), low half first.
+  // Element 2k is byte b of words[..][0] and 2k + 1 byte b of words[..][1], b = byte_of(nt, 2k).
+  __device__ __forceinline__ uint32_t pair_mask(int mt, int nt, int k) const {
+    const uint32_t(&w)[2] = words[mt][nt / 2];
+    switch (byte_of(nt, 2 * k)) {
+      case 0: return arch::byte_sign_masks<0xCC88u>(w[0], w[1]);
+      case 1: return arch::byte_sign_masks<0xDD99u>(w[0], w[1]);
+      case 2: return arch::byte_sign_masks<0xEEAAu>(w[0], w[1]);
+      default: return arch::byte_sign_masks<0xFFBBu>(w[0], w[1]);
     }
   }
 };
 template <int MT, int NT>
-using FwdDropoutBytes = DropoutBytes<MT, NT, false>;
+using FwdDropTests = DropTests<MT, NT, false>;
 template <int MT, int NT>
-using BwdDropoutBytes = DropoutBytes<MT, NT, true>;
+using BwdDropTests = DropTests<MT, NT, true>;
 
 // Lanes L and L ^ 4 (`odd` = bit 2 of the lane) each drew the same call of two neighbouring tiles,
 // the even lane tile 0's and the odd lane tile 1's; words (a0, a1) of a call are the even lane's,
@@ -196,59 +196,69 @@ __device__ __forceinline__ void swap_call_halves(uint32_t a0, uint32_t a1, uint3
   tile1[1] = odd ? b1 : got1;
 }
 
-// Forward, on the m16n8 accumulator layout: the bytes of a (16*MT queries x 8*NT keys) fragment
+// The pair exchange and drop tests of N lockstep calls, call k's tiles being u = 2k, 2k + 1 of
+// `tests`; `rows_are_keys` says which two words of a call are the even lane's.
+template <int N, int U>
+__device__ __forceinline__ void test_exchanged_calls(const Dropout& d, const uint4 (&calls)[N], bool rows_are_keys,
+                                                     bool odd, uint32_t (&tests)[U][2]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const uint4& c = calls[k];
+    uint32_t tile0[2], tile1[2];
+    if (rows_are_keys) {  // S^T: the even lane's keys want words with i % 2 = 0, 1 at j % 2 = 0: x, z
+      swap_call_halves(c.x, c.z, c.y, c.w, odd, tile0, tile1);
+    } else {              // S: the even lane's queries want words with j % 2 = 0, 1 at i % 2 = 0: x, y
+      swap_call_halves(c.x, c.y, c.z, c.w, odd, tile0, tile1);
+    }
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      tests[2 * k][w] = d.dropped_byte_tests(tile0[w]);
+      tests[2 * k + 1][w] = d.dropped_byte_tests(tile1[w]);
+    }
+  }
+}
+
+// Forward, on the m16n8 accumulator layout: the drop tests of a (16*MT queries x 8*NT keys) fragment
 // whose first row is row0 and first column col0 (multiples of 16). Lane (g, t) holds queries
 // i % 2 = g % 2: words 2 (g % 2) and 2 (g % 2) + 1 (j % 2 = 0, 1) of call 4 (g / 2) + t.
 template <int MT, int NT>
-__device__ __forceinline__ FwdDropoutBytes<MT, NT> dropout_bytes_fwd(const Dropout& d, int row0, int col0, int lane) {
+__device__ __forceinline__ FwdDropTests<MT, NT> drop_tests_fwd(const Dropout& d, int row0, int col0, int lane) {
   static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators (drop_probs_fwd_mapped for others)");
   constexpr int kPairs = NT / 4;  // pairs of 16-key tiles
   const int g = lane / 4, t = lane % 4;
   const bool odd = g % 2;
-  uint4 calls[MT * kPairs];
+  FwdDropTests<MT, NT> out;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int mt = 0; mt < MT; ++mt) {
+    uint4 calls[kPairs];
 #pragma unroll
     for (int pair = 0; pair < kPairs; ++pair)
-      calls[mt * kPairs + pair] = d.tile_counter(row0 / kDropoutTile + mt, col0 / kDropoutTile + 2 * pair + odd,
-                                                 4 * (g / 2) + t);
-  d.draw(calls);
-  FwdDropoutBytes<MT, NT> out;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int pair = 0; pair < kPairs; ++pair) {
-      const uint4& c = calls[mt * kPairs + pair];
-      swap_call_halves(c.x, c.y, c.z, c.w, odd, out.words[mt][2 * pair], out.words[mt][2 * pair + 1]);
-    }
+      calls[pair] = d.tile_counter(row0 / kDropoutTile + mt, col0 / kDropoutTile + 2 * pair + odd, 4 * (g / 2) + t);
+    d.draw(calls);
+    test_exchanged_calls(d, calls, false, odd, out.words[mt]);
+  }
   return out;
 }
 
-// Backward: the bytes of a (16*MT keys x 8*NT queries) S^T fragment whose first row is key0 and
+// Backward: the drop tests of a (16*MT keys x 8*NT queries) S^T fragment whose first row is key0 and
 // first column query0 (multiples of 16). Lane (g, t) holds keys j % 2 = g % 2: words g % 2 and
 // 2 + g % 2 (i % 2 = 0, 1) of call 4t + g / 2.
 template <int MT, int NT>
-__device__ __forceinline__ BwdDropoutBytes<MT, NT> dropout_bytes_bwd(const Dropout& d, int key0, int query0, int lane) {
+__device__ __forceinline__ BwdDropTests<MT, NT> drop_tests_bwd(const Dropout& d, int key0, int query0, int lane) {
   static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators");
   constexpr int kPairs = NT / 4;  // pairs of 16-query tiles
   const int g = lane / 4, t = lane % 4;
   const bool odd = g % 2;
-  uint4 calls[MT * kPairs];
+  BwdDropTests<MT, NT> out;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int mt = 0; mt < MT; ++mt) {
+    uint4 calls[kPairs];
 #pragma unroll
     for (int pair = 0; pair < kPairs; ++pair)
-      calls[mt * kPairs + pair] = d.tile_counter(query0 / kDropoutTile + 2 * pair + odd, key0 / kDropoutTile + mt,
-                                                 4 * t + g / 2);
-  d.draw(calls);
-  BwdDropoutBytes<MT, NT> out;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int pair = 0; pair < kPairs; ++pair) {
-      const uint4& c = calls[mt * kPairs + pair];
-      swap_call_halves(c.x, c.z, c.y, c.w, odd, out.words[mt][2 * pair], out.words[mt][2 * pair + 1]);
-    }
+      calls[pair] = d.tile_counter(query0 / kDropoutTile + 2 * pair + odd, key0 / kDropoutTile + mt, 4 * t + g / 2);
+    d.draw(calls);
+    test_exchanged_calls(d, calls, true, odd, out.words[mt]);
+  }
   return out;
 }
 
@@ -259,36 +269,28 @@ __device__ __forceinline__ float clear_if(float value, uint32_t dropped) {
 
 // In place: fp32 accumulators with the dropped elements zeroed.
 template <int MT, int NT, bool kRowsAreKeys>
-__device__ __forceinline__ void drop_accumulators(float (&acc)[MT][NT][4],
-                                                  const DropoutBytes<MT, NT, kRowsAreKeys>& bytes,
-                                                  uint32_t keep_threshold) {
+__device__ __forceinline__ void drop_accumulators(float (&acc)[MT][NT][4], const DropTests<MT, NT, kRowsAreKeys>& tests) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const DropSigns signs = bytes.signs(mt, nt, keep_threshold);
-      acc[mt][nt][0] = clear_if(acc[mt][nt][0], signs.element_mask<0>());
-      acc[mt][nt][1] = clear_if(acc[mt][nt][1], signs.element_mask<1>());
-      acc[mt][nt][2] = clear_if(acc[mt][nt][2], signs.element_mask<2>());
-      acc[mt][nt][3] = clear_if(acc[mt][nt][3], signs.element_mask<3>());
-    }
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mt][nt][r] = clear_if(acc[mt][nt][r], tests.element_mask(mt, nt, r));
 }
 
 // In place: the dropped probabilities of P packed as MMA A operands (accumulators_to_a_fragments
-// of the fragment `bytes` was drawn for) zeroed, two elements per AND.
+// of the fragment the tests were drawn for) zeroed, two elements per AND.
 template <int MT, int NT, bool kRowsAreKeys>
 __device__ __forceinline__ void drop_packed_probs(uint32_t (&probs)[MT][NT / 2][4],
-                                                  const DropoutBytes<MT, NT, kRowsAreKeys>& bytes,
-                                                  uint32_t keep_threshold) {
+                                                  const DropTests<MT, NT, kRowsAreKeys>& tests) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int ks = 0; ks < NT / 2; ++ks)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // accumulator tile 2 ks + half: elements (0, 1), (2, 3)
-        const DropSigns signs = bytes.signs(mt, 2 * ks + half, keep_threshold);
-        probs[mt][ks][2 * half] &= ~signs.pair_mask<0>();
-        probs[mt][ks][2 * half + 1] &= ~signs.pair_mask<1>();
+        probs[mt][ks][2 * half] &= ~tests.pair_mask(mt, 2 * ks + half, 0);
+        probs[mt][ks][2 * half + 1] &= ~tests.pair_mask(mt, 2 * ks + half, 1);
       }
 }
 
@@ -370,7 +372,11 @@ template <int MT, int NT>
 __device__ __forceinline__ void drop_probs_fwd(float (&probs)[MT][NT][arch::kAccRegs], const Dropout& d, int row0,
                                                int col0, int lane) {
   if constexpr (arch::kAccLayoutIsM16N8) {
-    drop_accumulators(probs, dropout_bytes_fwd<MT, NT>(d, row0, col0, lane), d.keep_threshold);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {  // a row block at a time: the tests of one live at once
+      float(&row_block)[1][NT][4] = *reinterpret_cast<float(*)[1][NT][4]>(&probs[mt]);
+      drop_accumulators(row_block, drop_tests_fwd<1, NT>(d, row0 + mt * arch::kAtomM, col0, lane));
+    }
   } else {
     drop_probs_fwd_mapped(probs, d, row0, col0, lane);
   }

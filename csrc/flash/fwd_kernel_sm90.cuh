@@ -110,7 +110,7 @@ struct Sm90ForwardRows {
   float scores[1][kScoreNT][4];             // S rows of this warp (16 x kBlockN), then P until converted
   float rescale[1][2];                      // O's pending rescale from the latest softmax
   uint32_t probs[1][Cfg::kBlockN / 16][4];  // P of the previous block, the A operand of its P.V
-  FwdDropoutBytes<1, kScoreNT> drop_bytes;     // dropout's random bytes of the latest block
+  FwdDropTests<1, kScoreNT> drop_tests;     // dropout's drop tests of the latest block
 
   __device__ __forceinline__ void init() {
     arch::zero_accumulators(acc);
@@ -132,7 +132,7 @@ struct Sm90ForwardRows {
   __device__ __forceinline__ void convert(const Dropout& dropout) {
     OnlineSoftmax<1>::rescale_output(acc, rescale);
     arch::accumulators_to_a_fragments<T>(probs, scores);
-    if (dropout.enabled) drop_packed_probs(probs, drop_bytes, dropout.keep_threshold);
+    if (dropout.enabled) drop_packed_probs(probs, drop_tests);
   }
 
   // Waits until at most kPending wgmma groups run: S of the latest block is done.
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
 
     // Dropout's random bytes do not depend on S: drawn here, while S's MMAs run.
     if (dropout.enabled)
-      rows.drop_bytes = dropout_bytes_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+      rows.drop_tests = drop_tests_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
     rows.scores_to_probs(p, mask, mod, m0, rows_q, warp_row0, n_block, lane);
   };

@@ -204,7 +204,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
       issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(RingPosition<kStages>(ring + i - 1).slot));
     turns.pass();
     if (dropout.enabled)
-      rows.drop_bytes = dropout_bytes_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+      rows.drop_tests = drop_tests_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
     if (releases) {
       arch::mbarrier_arrive(s.k_empty(at.slot));

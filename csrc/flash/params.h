@@ -64,7 +64,7 @@ struct PhiloxArgs {
 
 struct DropoutArgs {
   float keep_prob;         // 1 - dropout_p; 1 means no dropout
-  uint32_t keep_threshold; // an element is kept iff its random byte < keep_threshold (0..256)
+  uint32_t keep_threshold; // an element is kept iff its random byte < keep_threshold (0..255)
   PhiloxArgs philox;
   int64_t* rng_state_out;  // forward: (seed, offset) written here for the backward; may be null
 };

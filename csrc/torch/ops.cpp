@@ -128,6 +128,12 @@ int64_t check_options(const Options& o, const at::Tensor& q) {
 // (1, total, heads, headdim).
 at::Tensor as_4d(const at::Tensor& t, bool varlen) { return varlen ? t.unsqueeze(0) : t; }
 
+// Random bytes below this are kept: round(256 * keep_prob), at most 255 so that the kernels test four
+// bytes at once (dropout.cuh); flash_attn/dropout.py's keep_threshold.
+uint32_t keep_threshold_of(double dropout_p) {
+  return static_cast<uint32_t>(std::min(255.0, std::round((1.0 - dropout_p) * 256.0)));
+}
+
 flash::FwdParams fwd_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                             const at::Tensor& lse, const Options& o, int64_t batch) {
   flash::FwdParams p{};
@@ -156,7 +162,7 @@ flash::FwdParams fwd_params(const at::Tensor& q, const at::Tensor& k, const at::
   p.logit_scale = o.softcap > 0 ? static_cast<float>(o.softcap) : p.softmax_scale;
   p.logit_scale_log2 = static_cast<float>(p.logit_scale * M_LOG2E);
   p.dropout.keep_prob = static_cast<float>(1.0 - o.dropout_p);
-  p.dropout.keep_threshold = static_cast<uint32_t>(std::min(256.0, std::round((1.0 - o.dropout_p) * 256.0)));
+  p.dropout.keep_threshold = keep_threshold_of(o.dropout_p);
   return p;
 }
 
@@ -313,7 +319,7 @@ at::Tensor dropout_keep_mask(const at::Tensor& rng_state, int64_t batch, int64_t
   if (keep.numel() == 0) return keep;
   flash::DropoutArgs args{};
   args.keep_prob = static_cast<float>(1.0 - dropout_p);
-  args.keep_threshold = static_cast<uint32_t>(std::min(256.0, std::round((1.0 - dropout_p) * 256.0)));
+  args.keep_threshold = keep_threshold_of(dropout_p);
   args.philox.seed_ptr = rng_state.data_ptr<int64_t>();
   args.philox.offset_ptr = rng_state.data_ptr<int64_t>() + 1;
   const cudaError_t err = flash::run_dropout_keep_mask(args, static_cast<int>(batch), static_cast<int>(heads),

@@ -91,7 +91,7 @@
 //      LDS stores (or the consumer reads them transposed), and dQ is best computed as
 //      dQ^T = K^T.dS^T, whose register groups are 4 consecutive dims of one dq row: pair atomics.
 //   6. Dropout. The Philox byte assignment (dropout.cuh: 16x16 tiles of 16 calls
-//      v = 4 ((i % 8) / 2) + (j % 8) / 2; dropout_bytes_fwd / _bwd draw it in m16n8 lane
+//      v = 4 ((i % 8) / 2) + (j % 8) / 2; drop_tests_fwd / _bwd draw it in m16n8 lane
 //      arithmetic with a pair exchange between lanes L and L ^ 4) must give the same bits for
 //      (batch, head, row, col) on AMD: keep the element -> (tile, call, word, byte) map and
 //      evaluate it per element from the Shape maps (one Philox call per tile and call that the
@@ -274,7 +274,7 @@ __device__ __forceinline__ uint32_t byte_sign_masks(uint32_t low, uint32_t high)
   uint32_t out = 0u;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const int source = (kSelector >> (4 * k)) & 7;
+    const uint32_t source = (kSelector >> (4 * k)) & 7u;
     const uint32_t word = source < 4 ? low : high;
     if ((word >> (8 * (source % 4) + 7)) & 1u) out |= 0xffu << (8 * k);
   }

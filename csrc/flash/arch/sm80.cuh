@@ -200,7 +200,8 @@ __device__ __forceinline__ float reciprocal_approx(float x) {
 }
 
 // Byte k of the result is 0xff where the top bit of byte (kSelector >> 4k) & 7 of the 8 bytes
-// {low, high} is set, else 0: PRMT's sign mode (bit 3 of every selector nibble).
+// {low, high} is set, else 0: PRMT's sign mode (bit 3 of every selector nibble), the selector an
+// immediate.
 template <uint32_t kSelector>
 __device__ __forceinline__ uint32_t byte_sign_masks(uint32_t low, uint32_t high) {
   static_assert((kSelector & 0x8888u) == 0x8888u, "sign mode in every selector nibble");
