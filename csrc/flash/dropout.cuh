@@ -89,7 +89,7 @@ struct Dropout {
   }
 
   // No dropout: what the kernels' plain variants use, known at compile time.
-  __device__ __forceinline__ static Dropout none() { return Dropout{0u, 0u, 0u, 0u, 255u, 0xffffffffu, 1.f, false}; }
+  __device__ __forceinline__ static Dropout none() { return Dropout{0u, 0u, 0u, 0u, 255u, 255u * 0x01010101u, 1.f, false}; }
 
   // The Philox counter of call `call` (0..15) of the dropout tile (query_tile, key_tile).
   __device__ __forceinline__ uint4 tile_counter(int query_tile, int key_tile, int call) const {
