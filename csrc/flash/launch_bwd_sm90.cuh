@@ -60,6 +60,10 @@ struct BwdWsTile<64> {
   // Every length, causal too: at 512 causal keys as fast as the cp.async kernel's one-warpgroup
   // tile (562-567 vs 562-564 µs), at 1k 5% faster (754 vs 794-795; H100, kernel_choice.py).
   static bool preferred(const BwdParams&) { return true; }
+  // The score-extras kernel: softcap and ALiBi 2-3% faster here (s 2k-8k, causal and not), dropout
+  // 1-2% slower (2857 vs 2833 µs at 2k, 10514 vs 10301 at 8k; H100, kernel_choice.py --options,
+  // benchmarks/NOTES.md v16): the math warps' 240 registers hold dropout's tests beside dK and dV.
+  static bool extras_preferred(const BwdParams& p) { return p.fwd.dropout.keep_prob >= 1.f; }
 };
 template <>
 struct BwdWsTile<128> {
@@ -68,6 +72,9 @@ struct BwdWsTile<128> {
   // Causal up to 512 keys keeps the cp.async kernel: 493-494 vs 522-523 µs at 512 (H100,
   // kernel_choice.py); at 1k they are equal (657 µs), at 2k causal the warp-specialized one is 2-3% ahead.
   static bool preferred(const BwdParams& p) { return !(p.fwd.causal && p.fwd.shape.seqlen_k <= 512); }
+  // The score-extras kernel: faster here with dropout (6915-7236 vs 7629-8347 µs at 8k), softcap and
+  // ALiBi (2-9% at s 2k-8k, causal and not; H100, kernel_choice.py --options, NOTES.md v16).
+  static bool extras_preferred(const BwdParams& p) { return preferred(p); }
 };
 
 // FLASH_ATTN_SM90_BWD picks the Hopper backward: "ws" the warp-specialized one, "cpasync" the
@@ -75,10 +82,7 @@ struct BwdWsTile<128> {
 // - deterministic=True: the warp-specialized one, whose dQ-writer warp takes the turn and
 //   completion waits off the math warps (H100, NOTES.md v14: 0.79-0.82 -> 0.97 of the default
 //   speed at hd 64 2k);
-// - the score-extras kernel otherwise: the cp.async one, measured with dropout 0.1 (b=2 s=8k hd 128:
-//   9.88 vs 10.22-10.27 ms; b=4 s=8k hd 64: 15.19-15.21 vs 15.53-15.54; softcap and ALiBi not
-//   measured): its 255 registers hold the keep bits beside the fragments, the 240 of the
-//   warp-specialized math warps spill more;
+// - the score-extras kernel otherwise: BwdWsTile::extras_preferred;
 // - else BwdWsTile::preferred.
 template <int kHeadDim, bool kScoreExtras>
 bool warp_specialized_bwd_chosen(const BwdParams& p) {
@@ -86,7 +90,7 @@ bool warp_specialized_bwd_chosen(const BwdParams& p) {
   if (choice != nullptr && std::strcmp(choice, "ws") == 0) return true;
   if (choice != nullptr && std::strcmp(choice, "cpasync") == 0) return false;
   if (p.dq_semaphore != nullptr) return true;
-  if (kScoreExtras) return false;
+  if (kScoreExtras) return BwdWsTile<kHeadDim>::extras_preferred(p);
   return BwdWsTile<kHeadDim>::preferred(p);
 }
 
