@@ -61,7 +61,7 @@ struct BwdWsTile<64> {
   // tile (562-567 vs 562-564 µs), at 1k 5% faster (754 vs 794-795; H100, kernel_choice.py).
   static bool preferred(const BwdParams&) { return true; }
   // The score-extras kernel: softcap and ALiBi 2-3% faster here (s 2k-8k, causal and not), dropout
-  // 1-2% slower (2857 vs 2833 µs at 2k, 10514 vs 10301 at 8k; H100, kernel_choice.py --options,
+  // 1-2% slower (2870 vs 2833 µs at 2k, 10514 vs 10301 at 8k; H100, kernel_choice.py --options,
   // benchmarks/NOTES.md v16): the math warps' 240 registers hold dropout's tests beside dK and dV.
   static bool extras_preferred(const BwdParams& p) { return p.fwd.dropout.keep_prob >= 1.f; }
 };
