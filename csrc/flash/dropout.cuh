@@ -218,48 +218,44 @@ __device__ __forceinline__ void test_exchanged_calls(const Dropout& d, const uin
   }
 }
 
-// Forward, on the m16n8 accumulator layout: the drop tests of a (16*MT queries x 8*NT keys) fragment
-// whose first row is row0 and first column col0 (multiples of 16). Lane (g, t) holds queries
-// i % 2 = g % 2: words 2 (g % 2) and 2 (g % 2) + 1 (j % 2 = 0, 1) of call 4 (g / 2) + t.
-template <int MT, int NT>
-__device__ __forceinline__ FwdDropTests<MT, NT> drop_tests_fwd(const Dropout& d, int row0, int col0, int lane) {
+// The drop tests of an m16n8 accumulator fragment of 16*MT rows x 8*NT columns whose first row is
+// row0 and first column col0 (multiples of 16): queries x keys in the forward, keys x queries in
+// the backward (kRowsAreKeys). Lane (g, t) holds rows of residue g and columns of residues 2t, 2t + 1
+// (mod 8), so call 4 (g / 2) + t of a tile in the forward and 4t + g / 2 in the backward; the lane
+// pair draws the tiles of neighbouring column blocks and swaps halves (test_exchanged_calls).
+template <int MT, int NT, bool kRowsAreKeys>
+__device__ __forceinline__ DropTests<MT, NT, kRowsAreKeys> draw_drop_tests(const Dropout& d, int row0, int col0,
+                                                                            int lane) {
   static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators (drop_probs_fwd_mapped for others)");
-  constexpr int kPairs = NT / 4;  // pairs of 16-key tiles
+  constexpr int kPairs = NT / 4;  // pairs of 16-column tiles
   const int g = lane / 4, t = lane % 4;
   const bool odd = g % 2;
-  FwdDropTests<MT, NT> out;
+  const int call = kRowsAreKeys ? 4 * t + g / 2 : 4 * (g / 2) + t;
+  DropTests<MT, NT, kRowsAreKeys> out;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     uint4 calls[kPairs];
 #pragma unroll
-    for (int pair = 0; pair < kPairs; ++pair)
-      calls[pair] = d.tile_counter(row0 / kDropoutTile + mt, col0 / kDropoutTile + 2 * pair + odd, 4 * (g / 2) + t);
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const int row_tile = row0 / kDropoutTile + mt, col_tile = col0 / kDropoutTile + 2 * pair + odd;
+      calls[pair] = kRowsAreKeys ? d.tile_counter(col_tile, row_tile, call) : d.tile_counter(row_tile, col_tile, call);
+    }
     d.draw(calls);
-    test_exchanged_calls(d, calls, false, odd, out.words[mt]);
+    test_exchanged_calls(d, calls, kRowsAreKeys, odd, out.words[mt]);
   }
   return out;
 }
 
-// Backward: the drop tests of a (16*MT keys x 8*NT queries) S^T fragment whose first row is key0 and
-// first column query0 (multiples of 16). Lane (g, t) holds keys j % 2 = g % 2: words g % 2 and
-// 2 + g % 2 (i % 2 = 0, 1) of call 4t + g / 2.
+// Forward: the drop tests of a (16*MT queries x 8*NT keys) fragment at (row0, col0).
+template <int MT, int NT>
+__device__ __forceinline__ FwdDropTests<MT, NT> drop_tests_fwd(const Dropout& d, int row0, int col0, int lane) {
+  return draw_drop_tests<MT, NT, false>(d, row0, col0, lane);
+}
+
+// Backward: the drop tests of a (16*MT keys x 8*NT queries) S^T fragment at (key0, query0).
 template <int MT, int NT>
 __device__ __forceinline__ BwdDropTests<MT, NT> drop_tests_bwd(const Dropout& d, int key0, int query0, int lane) {
-  static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators");
-  constexpr int kPairs = NT / 4;  // pairs of 16-query tiles
-  const int g = lane / 4, t = lane % 4;
-  const bool odd = g % 2;
-  BwdDropTests<MT, NT> out;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    uint4 calls[kPairs];
-#pragma unroll
-    for (int pair = 0; pair < kPairs; ++pair)
-      calls[pair] = d.tile_counter(query0 / kDropoutTile + 2 * pair + odd, key0 / kDropoutTile + mt, 4 * t + g / 2);
-    d.draw(calls);
-    test_exchanged_calls(d, calls, true, odd, out.words[mt]);
-  }
-  return out;
+  return draw_drop_tests<MT, NT, true>(d, key0, query0, lane);
 }
 
 // value with its bits cleared where `dropped` is set (0 for a dropped fp32 element).
