@@ -57,6 +57,18 @@ def test_option_dense(monkeypatch, name, headdim, kernel, seqlen_q, seqlen_k):
     check_dense(OPTIONS[name], 2, seqlen_q, seqlen_k, 4, 2, headdim, torch.bfloat16, "cuda")
 
 
+@pytest.mark.parametrize("kernel", ["ws", "cpasync", "sm80"])
+@pytest.mark.parametrize("dropout_p", [0.001, 0.999])
+def test_dropout_threshold_edges(monkeypatch, dropout_p, kernel):
+    """keep_threshold 255 (p < 1/512: only byte 255 dropped) and 0 (every entry dropped) at the edges
+    of the kernels' four-byte drop test (dropout.cuh), forward and backward, against the reference
+    with the mask S_dmask reports (test_dropout_mask_cuda_equals_cpu_definition ties that to the
+    definition)."""
+    require_kernel(torch.bfloat16, 128)
+    _kernels(monkeypatch, kernel)
+    check_dense(Mods(dropout_p=dropout_p), 2, 203, 600, 4, 2, 128, torch.bfloat16, "cuda")
+
+
 @pytest.mark.parametrize("headdim", [64, 128, 256])
 @pytest.mark.parametrize("name", ["window", "softcap", "alibi_batch_causal", "dropout", "everything"])
 def test_option_fp16(name, headdim):
@@ -91,7 +103,7 @@ def test_varlen_packed(packing):
                  4 if packing == "qkv" else 2, 128, torch.bfloat16, "cuda", packing=packing)
 
 
-@pytest.mark.parametrize("p", [0.1, 0.3])
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.001, 0.999])
 def test_dropout_mask_cuda_equals_cpu_definition(p):
     """The CUDA Philox mask is bit for bit flash_attn.dropout.keep_mask (the documented definition)."""
     rng_state = torch.tensor([0x1234_5678_9ABC_DEF, 4 * 977], dtype=torch.int64, device="cuda")
