@@ -65,8 +65,7 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int c) {
 struct Dropout {
   uint32_t key0, key1;
   uint32_t stream_lo, stream_hi;  // offset + batch * heads + head
-  uint32_t keep_threshold;   // 0..255
-  uint32_t threshold_bytes;  // keep_threshold in every byte
+  uint32_t keep_threshold;  // 0..255
   float keep_scale;  // 1 / keep_prob
   bool enabled;
 
@@ -74,7 +73,6 @@ struct Dropout {
     Dropout d = none();
     d.enabled = kDropoutCompiled && a.keep_prob < 1.f;
     d.keep_threshold = a.keep_threshold;
-    d.threshold_bytes = a.keep_threshold * 0x01010101u;
     d.keep_scale = d.enabled ? 1.f / a.keep_prob : 1.f;
     if (!d.enabled) return d;
     const PhiloxArgs& ph = a.philox;
@@ -89,7 +87,7 @@ struct Dropout {
   }
 
   // No dropout: what the kernels' plain variants use, known at compile time.
-  __device__ __forceinline__ static Dropout none() { return Dropout{0u, 0u, 0u, 0u, 255u, 255u * 0x01010101u, 1.f, false}; }
+  __device__ __forceinline__ static Dropout none() { return Dropout{0u, 0u, 0u, 0u, 255u, 1.f, false}; }
 
   // The Philox counter of call `call` (0..15) of the dropout tile (query_tile, key_tile).
   __device__ __forceinline__ uint4 tile_counter(int query_tile, int key_tile, int call) const {
@@ -111,6 +109,7 @@ struct Dropout {
   // (no borrow between bytes) and its top bit is (x & 127) >= (T & 127); where the top bits of x and
   // T differ, x's decides. Three instructions for four bytes; why keep_threshold stops at 255.
   __device__ __forceinline__ uint32_t dropped_byte_tests(uint32_t word) const {
+    const uint32_t threshold_bytes = keep_threshold * 0x01010101u;  // loop-invariant: ptxas hoists it
     const uint32_t low_bits = (word | 0x80808080u) - (threshold_bytes & 0x7f7f7f7fu);
     return (word & ~threshold_bytes) | (~(word ^ threshold_bytes) & low_bits);
   }
@@ -197,17 +196,17 @@ __device__ __forceinline__ void swap_call_halves(uint32_t a0, uint32_t a1, uint3
 }
 
 // The pair exchange and drop tests of N lockstep calls, call k's tiles being u = 2k, 2k + 1 of
-// `tests`; `rows_are_keys` says which two words of a call are the even lane's.
-template <int N, int U>
-__device__ __forceinline__ void test_exchanged_calls(const Dropout& d, const uint4 (&calls)[N], bool rows_are_keys,
+// `tests`; kRowsAreKeys says which two words of a call are the even lane's.
+template <bool kRowsAreKeys, int N, int U>
+__device__ __forceinline__ void test_exchanged_calls(const Dropout& d, const uint4 (&calls)[N],
                                                      bool odd, uint32_t (&tests)[U][2]) {
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const uint4& c = calls[k];
     uint32_t tile0[2], tile1[2];
-    if (rows_are_keys) {  // S^T: the even lane's keys want words with i % 2 = 0, 1 at j % 2 = 0: x, z
+    if constexpr (kRowsAreKeys) {  // S^T: the even lane's keys want words with i % 2 = 0, 1 at j % 2 = 0: x, z
       swap_call_halves(c.x, c.z, c.y, c.w, odd, tile0, tile1);
-    } else {              // S: the even lane's queries want words with j % 2 = 0, 1 at i % 2 = 0: x, y
+    } else {                       // S: the even lane's queries want words with j % 2 = 0, 1 at i % 2 = 0: x, y
       swap_call_halves(c.x, c.y, c.z, c.w, odd, tile0, tile1);
     }
 #pragma unroll
@@ -241,7 +240,7 @@ __device__ __forceinline__ DropTests<MT, NT, kRowsAreKeys> draw_drop_tests(const
       calls[pair] = kRowsAreKeys ? d.tile_counter(col_tile, row_tile, call) : d.tile_counter(row_tile, col_tile, call);
     }
     d.draw(calls);
-    test_exchanged_calls(d, calls, kRowsAreKeys, odd, out.words[mt]);
+    test_exchanged_calls<kRowsAreKeys>(d, calls, odd, out.words[mt]);
   }
   return out;
 }
