@@ -72,10 +72,9 @@ __device__ __forceinline__ void dscores_from_dprobs_with(float (&dprobs_t)[MT][N
         const float p = probs_t[mt][nt][r];
         float ds;
         if constexpr (kDropout) {  // dP * Z / keep_prob - dsum as one multiply-add, Z by clearing dropped dP
-          ds = p * fmaf(clear_if(dp, ctx.drop_tests->element_mask(mt, nt, r)), ctx.keep_scale, -query_dsum[j]) *
-               fwd.softmax_scale;
+          ds = p * fmaf(clear_if(dp, ctx.drop_tests->element_mask(mt, nt, r)), ctx.keep_scale, -query_dsum[j]);
         } else {
-          ds = p * (dp - query_dsum[j]) * fwd.softmax_scale;
+          ds = p * (dp - query_dsum[j]);
         }
         if constexpr (kSoftcap) {
           const int key = ctx.key0 + mt * arch::kAtomM + arch::acc_row(lane, r);
@@ -87,9 +86,11 @@ __device__ __forceinline__ void dscores_from_dprobs_with(float (&dprobs_t)[MT][N
   }
 }
 
-// In place: dP^T -> dS^T = P^T * (dP^T * Z / keep_prob - dsum) * softmax_scale * d(capped)/d(scaled),
-// with Z the keep mask (FlashAttention 2's dropout backward) and dsum = rowsum(dO * O) indexed like
-// lse above. probs_t is P^T before dropout.
+// In place: dP^T -> dS^T = P^T * (dP^T * Z / keep_prob - dsum) * d(capped)/d(scaled), with Z the
+// keep mask (FlashAttention 2's dropout backward) and dsum = rowsum(dO * O) indexed like lse above.
+// probs_t is P^T before dropout. Without softmax_scale, as FlashAttention 2 does: the kernels scale
+// dK's accumulators once in their epilogue (scale_dk_and_dv) and convert_dq_kernel scales dQ, one
+// multiply per gradient element instead of one per score.
 template <int MT, int NT>
 __device__ __forceinline__ void dscores_from_dprobs(float (&dprobs_t)[MT][NT][4], const float (&probs_t)[MT][NT][4],
                                                     const float* dsum, const float* lse, int col0, const FwdParams& fwd,
@@ -118,12 +119,13 @@ __device__ __forceinline__ void scale_accumulators(float (&acc)[MT][NT][4], floa
       for (int r = 0; r < 4; ++r) acc[mt][nt][r] *= factor;
 }
 
-// In place: P^T -> P^T * Z / keep_prob, the probabilities dV is taken with.
+// In place, at the end of a key block's walk: dK *= softmax_scale (dS^T left it out) and, with
+// dropout, dV *= 1 / keep_prob (P^T * Z left it out): dV = (P^T * Z / keep_prob).dO.
 template <int MT, int NT>
-__device__ __forceinline__ void drop_probs_bwd(float (&probs_t)[MT][NT][4], const BwdDropTests<MT, NT>& tests,
-                                               float keep_scale) {
-  drop_accumulators(probs_t, tests);
-  scale_accumulators(probs_t, keep_scale);
+__device__ __forceinline__ void scale_dk_and_dv(float (&dk)[MT][NT][4], float (&dv)[MT][NT][4], const FwdParams& fwd,
+                                                const Dropout& dropout) {
+  scale_accumulators(dk, fwd.softmax_scale);
+  if (dropout.enabled) scale_accumulators(dv, dropout.keep_scale);
 }
 
 // Adds a warp's dQ fragment (rows row0.. of the query block at m0, head-dim columns col0..) into

@@ -92,7 +92,7 @@ __device__ __forceinline__ void load_query_stage_async(const QueryStage<T, Cfg>&
   load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.dsum, p.dsum + vector_offset, rows, tid);
 }
 
-// Phase 1: this warp's tile of P^T (dropped entries zeroed, kept ones scaled) and dS^T (keys x
+// Phase 1: this warp's tile of P^T (dropped entries zeroed) and dS^T (keys x
 // queries), written to shared memory as T.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const T* sK, const T* sV,
@@ -118,7 +118,7 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
   if (dropout.enabled) drop_tests = drop_tests_bwd<kMT, kNT>(dropout, n0 + key0, m0 + query0, lane);
   const DscoreContext<kMT, kNT> ctx{mod, dropout.enabled ? &drop_tests : nullptr, dropout.keep_scale, n0 + key0, m0};
   dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, query0, p.fwd, ctx, lane);
-  if (dropout.enabled) drop_probs_bwd(scores_t, drop_tests, dropout.keep_scale);
+  if (dropout.enabled) drop_accumulators(scores_t, drop_tests);  // 1 / keep_prob: on dV, at the end
   arch::store_accumulators<kMT, kNT, T>(sPt, Cfg::kScoreStride, key0, query0, scores_t, lane);
   arch::store_accumulators<kMT, kNT, T>(sdSt, Cfg::kScoreStride, key0, query0, dprobs_t, lane);
 }
@@ -214,6 +214,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
     }
   }
 
+  scale_dk_and_dv(dk_acc, dv_acc, p.fwd, dropout);
   __syncthreads();  // every warp is done reading sK and sV
   arch::store_accumulators<KVGrid::kMT, KVGrid::kNT, T>(sK, Cfg::kStride, kv_key0, kv_dim0, dk_acc, lane);
   arch::store_accumulators<KVGrid::kMT, KVGrid::kNT, T>(sV, Cfg::kStride, kv_key0, kv_dim0, dv_acc, lane);

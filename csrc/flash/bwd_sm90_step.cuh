@@ -295,7 +295,7 @@ __device__ __forceinline__ void dq_part_sm90(BwdSm90Gradients<Cfg>& grads, const
   arch::fence_proxy_async();
 }
 
-// Epilogue: dK and dV (dV scaled by 1 / keep_prob with dropout) through shared memory at `smem`
+// Epilogue: dK and dV (scale_dk_and_dv) through shared memory at `smem`
 // (row-major, padded; the space of K, V and dS^T, which the caller has made free) for coalesced
 // stores. sync() is the caller's barrier over the kThreads math threads.
 template <typename T, typename Cfg, int kThreads, typename KeyBlock, typename Sync>
@@ -304,7 +304,7 @@ __device__ __forceinline__ void store_kv_gradients_sm90(BwdSm90Gradients<Cfg>& g
                                                         unsigned char* smem, const BwdSm90Lanes& at, int math_tid,
                                                         Sync&& sync) {
   constexpr int kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim, kHeadNT = kHeadDim / 8;
-  if (dropout.enabled) scale_accumulators(grads.dv, dropout.keep_scale);  // dV = (P^T * Z / keep_prob).dO
+  scale_dk_and_dv(grads.dk, grads.dv, p.fwd, dropout);
   T* sdK = reinterpret_cast<T*>(smem);
   T* sdV = sdK + kBlockN * Cfg::kEpilogueStride;
   arch::store_accumulators<1, kHeadNT, T>(sdK, Cfg::kEpilogueStride, at.warp_key0, 0, grads.dk, at.lane);

@@ -36,7 +36,7 @@ struct DqAccum {
   }
 };
 
-// dq[b, i, h, :headdim] = dq_accum row (b, h, i), converted to T. One thread per 4 columns; rows
+// dq[b, i, h, :headdim] = softmax_scale * dq_accum row (b, h, i), converted to T. One thread per 4 columns; rows
 // (b, h, i < seqlen_q of the grid), those past a sequence's own length skipped. Deterministic: the
 // sum of the slices whose counter for the row is not 0, in slice order (dq_order.cuh).
 template <typename T, int kHeadDim>
@@ -64,9 +64,10 @@ __global__ void __launch_bounds__(256) convert_dq_kernel(const BwdParams p) {
     v.z += part.z;
     v.w += part.w;
   }
+  const float scale = p.fwd.softmax_scale;  // dS left it out (dscores_from_dprobs)
   uint2 packed;
-  packed.x = arch::pack_pair<T>(v.x, v.y);
-  packed.y = arch::pack_pair<T>(v.z, v.w);
+  packed.x = arch::pack_pair<T>(v.x * scale, v.y * scale);
+  packed.y = arch::pack_pair<T>(v.z * scale, v.w * scale);
   *reinterpret_cast<uint2*>(seq.q_side<T>(p.dq, row, head) + 4 * unit) = packed;
 }
 
