@@ -7,6 +7,7 @@ functions (materialized attention that records the options it was called with), 
 checked whatever state the library's own functions are in; one test runs them on the library itself
 once it has flash_attn_varlen_func."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -674,6 +675,187 @@ def test_host_bound_cells_are_timed_back_to_back(stand_in_ours):
     for row in suite.rows:
         expected = 2 * FAKE_MS if row.config["case"] == "host overhead" else FAKE_MS
         assert all(cell.ms == pytest.approx(expected) for cell in row.cells.values() if cell.status == OK), row.config
+
+
+def _together_timer(groups):
+    """A stand-in for Timer.back_to_back_together: runs each entry's step once in its context, appends
+    the number of entries to groups, and returns FAKE_MS, 2 FAKE_MS, ... in entry order, so each cell
+    shows which place it had."""
+    def together(entries):
+        groups.append(len(entries))
+        for context_factory, fn in entries:
+            with context_factory():
+                fn()
+        return [FAKE_MS * (index + 1) for index in range(len(entries))]
+
+    return together
+
+
+def test_host_bound_steps_are_timed_together(stand_in_ours):
+    """The speedup suite's rows and the host-overhead rows time their implementations in one
+    measurement (bench.steps_together_timer), each cell from its own entry's time."""
+    groups = []
+    bench = _cpu_bench()
+    bench.steps_together_timer = _together_timer(groups)
+    speedup = suites.run_speedup(bench, _tiny_plan())
+    assert groups == [3, 3, 3, 3]  # the first configuration twice (noise estimate), then one per series
+    for row in speedup.rows:
+        names = ["naive", "sdpa", "ours"] if row.config["series"] == "dropout+mask" else ["naive", "flash", "ours"]
+        assert [row.cells[name].ms for name in names] == pytest.approx([FAKE_MS, 2 * FAKE_MS, 3 * FAKE_MS])
+        assert all(row.cells[name].value == row.cells[name].ms for name in names)  # still ms
+        assert row.extra["speedup_ours"] == pytest.approx(1 / 3)
+    assert speedup.rows[2].cells["sdpa"].note.startswith("SDPA picked ")
+    groups.clear()
+    suite = suites.RUNNERS["features"](bench, _tiny_plan())
+    assert groups == [2, 2]  # the host-overhead rows; the first configuration (varlen) is not one of them
+    for row in _rows_of(suite, "host overhead", "fwd+bwd"):
+        ours, sdpa = row.cells["feature"], row.cells["baseline"]
+        assert (ours.ms, sdpa.ms) == pytest.approx((FAKE_MS, 2 * FAKE_MS))
+        assert ours.value == pytest.approx(2 * sdpa.value)  # TFLOP/s, as before
+        assert row.extra["result"] == "2.00" and row.extra["meets_target"] == "yes"
+
+
+def test_a_failing_probe_leaves_the_others_timed_together(monkeypatch):
+    def broken(q, k, v, causal):
+        raise RuntimeError("naive is broken")
+
+    monkeypatch.setattr(impls, "naive_forward", broken)
+    groups = []
+    bench = _cpu_bench()
+    bench.steps_together_timer = _together_timer(groups)
+    suite = suites.run_speedup(bench, _tiny_plan(speedup_seqlens=(16,)))
+    plain, causal = suite.rows[:2]
+    for row in (plain, causal):
+        assert row.cells["naive"].status == ERROR and "naive is broken" in row.cells["naive"].note
+        assert (row.cells["flash"].ms, row.cells["ours"].ms) == pytest.approx((FAKE_MS, 2 * FAKE_MS))
+    assert groups[:3] == [2, 2, 2]
+
+
+def test_a_failing_together_measurement_falls_back_to_cells_timed_alone(stand_in_ours):
+    def together(entries):
+        raise RuntimeError("interleaving broke")
+
+    bench = _cpu_bench()
+    bench.steps_together_timer = together
+    speedup = suites.run_speedup(bench, _tiny_plan())
+    assert [row.config["series"] for row in speedup.rows] == ["plain", "causal", "dropout+mask"]
+    for row in speedup.rows:
+        assert all(cell.status == OK and cell.ms == pytest.approx(FAKE_MS) for cell in row.cells.values()), row.cells
+        assert all("timed alone, the together measurement failed: RuntimeError: interleaving broke" in cell.note
+                   for cell in row.cells.values())
+        assert row.extra["speedup_ours"] == pytest.approx(1.0)
+    assert speedup.rows[2].cells["sdpa"].note.startswith("SDPA picked ")
+    suite = suites.RUNNERS["features"](bench, _tiny_plan())
+    rows = _rows_of(suite, "host overhead", "fwd+bwd")
+    assert len(rows) == 2
+    for row in rows:
+        assert all(cell.status == OK and cell.ms == pytest.approx(FAKE_MS) and "timed alone" in cell.note
+                   for cell in row.cells.values())
+        assert row.extra["result"] == "1.00"
+
+
+# ---- interleaved back-to-back timing, on a fake clock ----
+
+def test_rotated_rounds_rotate_the_order():
+    order = []
+    blocks = [lambda index=index: order.append(index) or float(index) for index in range(3)]
+    means = measure._rotated_rounds(blocks, 4)
+    assert order == [0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2]
+    assert means == [[0.0] * 4, [1.0] * 4, [2.0] * 4]
+
+
+class _FakeCuda:
+    """torch.cuda.Event and synchronize on a fake clock that the entries' calls advance. An entry's
+    first call inside its context costs SWITCH_MS more (the switch between implementations); the log
+    holds every context entry and exit, call, event record and synchronize, in order."""
+
+    SWITCH_MS = 100.0
+
+    def __init__(self, monkeypatch):
+        self.now, self.log, self.active, self.first = 0.0, [], None, False
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.time = None
+
+            def record(self):
+                fake.log.append("record")
+                self.time = fake.now
+
+            def elapsed_time(self, end):
+                return end.time - self.time
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda: self.log.append("sync"))
+
+    def entry(self, name, ms):
+        @contextlib.contextmanager
+        def context():
+            self.log.append(f"enter {name}")
+            self.active, self.first = name, True
+            yield
+            self.log.append(f"exit {name}")
+            self.active = None
+
+        def fn():
+            assert self.active == name, f"{name} called inside {self.active}'s context"
+            self.log.append(f"call {name}")
+            self.now += ms + (self.SWITCH_MS if self.first else 0.0)
+            self.first = False
+
+        return context, fn
+
+
+def _blocks(log):
+    """The log after the warm-ups, split into blocks (from a context's entry to its exit)."""
+    blocks, current = [], None
+    for item in log:
+        if item.startswith("enter "):
+            current = [item]
+        elif current is not None:
+            current.append(item)
+            if item.startswith("exit "):
+                blocks.append(current)
+                current = None
+    return blocks
+
+
+def test_interleaved_blocks_rotate_and_time_each_entry_in_its_context(monkeypatch):
+    cuda = _FakeCuda(monkeypatch)
+    entries = [cuda.entry("a", 1.0), cuda.entry("b", 2.0), cuda.entry("c", 4.0)]
+    rep_ms = 7 * 40.0  # 40 ms per block: 40 calls of a, 20 of b, 10 of c
+    assert measure._interleaved_back_to_back_ms(entries, 10.0, rep_ms) == pytest.approx([1.0, 2.0, 4.0])
+    blocks = _blocks(cuda.log)
+    warm_ups, timed = blocks[:3], blocks[3:]
+    assert [block[0] for block in warm_ups] == ["enter a", "enter b", "enter c"]
+    names = [block[0].removeprefix("enter ") for block in timed]
+    rounds = [names[i:i + 3] for i in range(0, len(names), 3)]
+    assert len(rounds) == measure.BACK_TO_BACK_BLOCKS
+    assert rounds == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]] * 2 + [["a", "b", "c"]]
+    for name, block in zip(names, timed, strict=True):
+        calls = {"a": 40, "b": 20, "c": 10}[name]
+        # the context entered once, one untimed call, the queue drained around the timed calls
+        assert block == ([f"enter {name}", f"call {name}", "sync", "record"] + [f"call {name}"] * calls
+                         + ["record", "sync", f"exit {name}"])
+
+
+def test_bench_times_entries_alone_without_a_together_timer():
+    entered = []
+
+    def context(name):
+        @contextlib.contextmanager
+        def enter():
+            entered.append(name)
+            yield
+
+        return enter
+
+    bench = _cpu_bench()
+    bench.step_timer = lambda fn: fn()
+    assert bench.time_steps_together([(context("a"), lambda: 1.0), (context("b"), lambda: 2.0)]) == [1.0, 2.0]
+    assert entered == ["a", "b"]
+    assert measure.cuda_bench(measure.Timer(), 0, print).steps_together_timer is not None
 
 
 def test_features_call_ours_with_each_feature(stand_in_ours):

@@ -23,7 +23,7 @@ from . import impls as impl_lib
 from .cells import Row, Suite
 from .measure import guarded
 from .plan import DTYPES
-from .runner import backward_cell, random_inputs, run_configs, timed_cell
+from .runner import backward_cell, random_inputs, run_configs, steps_timed_together, tflops_cell, timed_cell
 from .shapes import AttnShape, format_seqlen, mixed_lengths, pairs_flops, score_pairs
 
 
@@ -110,8 +110,11 @@ def _pass_cell(bench, side, pass_name, back_to_back=False):
             return timed_cell(bench, side.forward, flops)
         if pass_name == "bwd":
             return backward_cell(bench, side.forward, side.inputs, side.dout, flops)
-        return timed_cell(bench, lambda: torch.autograd.grad(side.forward(), side.inputs, side.dout), flops,
-                          back_to_back)
+        return timed_cell(bench, _fwd_bwd_step(side), flops, back_to_back)
+
+
+def _fwd_bwd_step(side):
+    return lambda: torch.autograd.grad(side.forward(), side.inputs, side.dout)
 
 
 @dataclass(frozen=True)
@@ -125,11 +128,31 @@ class Case:
     rows: Callable
 
 
-def _row(bench, case, pass_name, feature, baseline, back_to_back=False):
-    cells = {"feature": guarded(lambda: _pass_cell(bench, feature, pass_name, back_to_back)),
-             "baseline": guarded(lambda: _pass_cell(bench, baseline, pass_name, back_to_back))}
+def _row_of(case, pass_name, cells):
     config = {"case": case.name, "setup": case.setup, "pass": pass_name}
     return Row(config, cells, case.comparison.extra(cells["feature"], cells["baseline"]))
+
+
+def _row(bench, case, pass_name, feature, baseline):
+    cells = {"feature": guarded(lambda: _pass_cell(bench, feature, pass_name)),
+             "baseline": guarded(lambda: _pass_cell(bench, baseline, pass_name))}
+    return _row_of(case, pass_name, cells)
+
+
+def _together_row(bench, case, feature, baseline):
+    """A fwd+bwd row whose two sides' steps are timed together, alternating block by block
+    (runner.steps_timed_together), for host-bound steps: each timed in its own window, their ratio
+    moved by up to 2x between runs (benchmarks/NOTES.md v15)."""
+    sides = {"feature": feature, "baseline": baseline}
+    entries = {name: (side.context, _fwd_bwd_step(side)) for name, side in sides.items()}
+
+    def cell_of(name, ms):
+        side = sides[name]
+        return tflops_cell(pairs_flops(side.pairs, side.nheads, side.headdim, "fwd+bwd"), ms)
+
+    cells = steps_timed_together(bench, entries, cell_of,
+                                 lambda name: functools.partial(_pass_cell, bench, sides[name], "fwd+bwd", True))
+    return _row_of(case, "fwd+bwd", cells)
 
 
 def _dense_side(bench, shape, dtype, window=(-1, -1), **options):
@@ -203,13 +226,13 @@ def _peer_dropout_rows(bench, case, shape, dtype, peer, dropout_p):
 
 def _overhead_rows(bench, case, shape, dtype):
     """Ours against SDPA-flash on the same inputs, forward+backward, non-causal, steps timed back to back
-    as in the speedup suite (these calls are host-bound)."""
+    and together as in the speedup suite (these calls are host-bound)."""
     ours = _dense_side(bench, shape, dtype)
     q, k, v = ours.inputs
     flash = impl_lib.training_impl("flash")
     sdpa = Side(functools.partial(flash.forward, q, k, v, False), ours.inputs, ours.dout, ours.pairs,
                 shape.nheads, shape.headdim, flash.context)
-    return [_row(bench, case, "fwd+bwd", ours, sdpa, back_to_back=True)]
+    return [_together_row(bench, case, ours, sdpa)]
 
 
 def _varlen_case(features, dtype):
@@ -266,7 +289,8 @@ def _notes(features, lengths):
         "the window takes; its FLOP ratio is the time ratio of a window kernel exactly as efficient per FLOP as "
         "the causal one) and dropout's (the extra time). The host-overhead rows are the speedup suite's plain "
         "series at its short sequences, with their target, timed like it: steps back to back, no L2 flush between "
-        "them (the calls are host-bound; measure.py says why).",
+        "them, ours and sdpa-flash alternating block by block (the calls are host-bound; measure.py says why; a "
+        "cell noted 'timed alone' was timed in its own window, the together measurement having failed).",
         f"varlen sequence lengths (seed {features.seed}): {', '.join(str(n) for n in lengths)}.",
     ]
 

@@ -8,8 +8,14 @@ hundred tokens) are timed back to back instead (Timer.back_to_back), as FlashAtt
 (torch.utils.benchmark's timeit) times the speed-up figure: with a flush before each run, the flush
 runs while the host queues the call, so the median measures the host time minus the flush and jumps
 between two modes from run to run (benchmarks/NOTES.md v11).
+
+Implementations compared at such a configuration are timed together (Timer.back_to_back_together),
+block by block in turn: each timed alone in its own window, their ratio moved by up to 2x between runs
+on a noisy host (NOTES.md v15), as the host's state drifted between the windows; alternating blocks
+exposes every implementation to the same drift.
 """
 
+import functools
 import gc
 import statistics
 import time
@@ -51,6 +57,11 @@ class Timer:
         """Median over BACK_TO_BACK_BLOCKS blocks of the mean time per call of fn called back to back
         (ms): the rate at which a loop of such calls runs, host time included where it exceeds the GPU's."""
         return _back_to_back_ms(fn, self.warmup_ms, self.rep_ms)
+
+    def back_to_back_together(self, entries):
+        """back_to_back of each (context_factory, fn) of entries, the implementations alternating block
+        by block (_interleaved_back_to_back_ms): ms per call, in entry order."""
+        return _interleaved_back_to_back_ms(entries, self.warmup_ms, self.rep_ms)
 
     def __call__(self, fn):
         if self._do_bench is not None:
@@ -95,25 +106,75 @@ def _events_median_ms(fn, warmup_ms, rep_ms):
 
 BACK_TO_BACK_BLOCKS = 7  # an odd count, so the median is one block's time
 BACK_TO_BACK_DESCRIPTION = (f"calls back to back, no flush between them (as torch.utils.benchmark times "
-                            f"FlashAttention's speed-up figure), median of {BACK_TO_BACK_BLOCKS} blocks' mean per call")
+                            f"FlashAttention's speed-up figure), median of {BACK_TO_BACK_BLOCKS} blocks' mean per "
+                            f"call; the implementations compared in a row alternate block by block "
+                            f"({BACK_TO_BACK_BLOCKS} rounds of one block each, the order rotating from round to "
+                            f"round, one untimed call before each block), so a drift of the host's state hits "
+                            f"them alike")
+
+
+def _calls_per_block(estimate_ms, rep_ms):
+    """Calls per block: rep_ms shared among the blocks, at least one call."""
+    return max(1, int(rep_ms / BACK_TO_BACK_BLOCKS / estimate_ms))
+
+
+def _block_mean_ms(fn, calls, start, end):
+    """Mean ms per call of `calls` calls of fn queued back to back between the events start and end;
+    the queue is drained before start, so no earlier work is timed."""
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / calls
 
 
 def _back_to_back_ms(fn, warmup_ms, rep_ms):
     """Events around blocks of calls queued one after another: a host-bound call is timed at its host
     rate, a GPU-bound one at its GPU time, as in a training loop. rep_ms is shared among the blocks."""
-    estimate_ms = _warmed_up_estimate_ms(fn, warmup_ms)
-    calls = max(1, int(rep_ms / BACK_TO_BACK_BLOCKS / estimate_ms))
+    calls = _calls_per_block(_warmed_up_estimate_ms(fn, warmup_ms), rep_ms)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    means = []
-    for _ in range(BACK_TO_BACK_BLOCKS):
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        means.append(start.elapsed_time(end) / calls)
-    return statistics.median(means)
+    return statistics.median(_block_mean_ms(fn, calls, start, end) for _ in range(BACK_TO_BACK_BLOCKS))
+
+
+def _rotated_rounds(blocks, rounds):
+    """Run each of blocks (callables returning one block's mean ms) once per round, the order rotated
+    by one from round to round, so that none always runs first or always follows the same other one.
+    Returns each block's means, in block order."""
+    means = [[] for _ in blocks]
+    for round_index in range(rounds):
+        for offset in range(len(blocks)):
+            index = (round_index + offset) % len(blocks)
+            means[index].append(blocks[index]())
+    return means
+
+
+def _entry_block(context_factory, fn, calls, start, end):
+    """One block of fn inside its context (entered once per block, so its cost stays out), after one
+    untimed call: the switch from the previous implementation (its context, the caches it left) is
+    not timed."""
+    with context_factory():
+        fn()
+        return _block_mean_ms(fn, calls, start, end)
+
+
+def _warmed_up_calls(context_factory, fn, warmup_ms, rep_ms):
+    with context_factory():
+        return _calls_per_block(_warmed_up_estimate_ms(fn, warmup_ms), rep_ms)
+
+
+def _interleaved_back_to_back_ms(entries, warmup_ms, rep_ms):
+    """_back_to_back_ms of each (context_factory, fn) of entries, their blocks alternating: every entry
+    is warmed up in its context and gets its own call count, then BACK_TO_BACK_BLOCKS rounds run one
+    block of each (_rotated_rounds). Timed one after the other, the ratio of two host-bound calls
+    moved by up to 2x between runs (NOTES.md v15); alternating, a drift of the host's state between
+    blocks reaches every entry. Returns each entry's median block mean (ms), in entry order."""
+    calls = [_warmed_up_calls(context_factory, fn, warmup_ms, rep_ms) for context_factory, fn in entries]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    blocks = [functools.partial(_entry_block, context_factory, fn, count, start, end)
+              for (context_factory, fn), count in zip(entries, calls, strict=True)]
+    return [statistics.median(means) for means in _rotated_rounds(blocks, BACK_TO_BACK_BLOCKS)]
 
 
 def cuda_peak_bytes(step):
@@ -181,6 +242,15 @@ def guarded(measure):
     return failure
 
 
+def failure_of(action):
+    """None when action() runs, else the OOM or error cell guarded() makes of its exception: a probe
+    that sets a failing implementation aside before a measurement that times several together."""
+    def run():
+        action()
+
+    return guarded(run)
+
+
 @dataclass
 class Bench:
     """What the suites measure with. The GPU run uses cuda_bench(); tests put in a CPU device and
@@ -190,7 +260,8 @@ class Bench:
     allocation can get; materialized_cap_bytes: naive and SDPA MATH configurations estimated above this
     are skipped (the quick set keeps them where cheap); progress(line) reports one configuration;
     step_timer(fn) -> ms per call of fn back to back (Timer.back_to_back), for host-bound calls;
-    timer where not given."""
+    timer where not given; steps_together_timer(entries) -> the same for each (context_factory, fn)
+    of entries, timed together (Timer.back_to_back_together); each entry alone where not given."""
 
     device: torch.device
     timer: Callable
@@ -199,11 +270,23 @@ class Bench:
     materialized_cap_bytes: float
     progress: Callable
     step_timer: Callable = None
+    steps_together_timer: Callable = None
 
     def time_steps(self, fn):
         return (self.step_timer or self.timer)(fn)
 
+    def time_steps_together(self, entries):
+        """ms per call of each entry's fn, in entry order, the entries (context_factory, fn) compared
+        in one measurement where steps_together_timer is set, else each timed alone in its context."""
+        if self.steps_together_timer is not None:
+            return self.steps_together_timer(entries)
+        return [self._time_steps_in(context_factory, fn) for context_factory, fn in entries]
+
+    def _time_steps_in(self, context_factory, fn):
+        with context_factory():
+            return self.time_steps(fn)
+
 
 def cuda_bench(timer, materialized_cap_bytes, progress):
     return Bench(torch.device("cuda"), timer, cuda_peak_bytes, cuda_free_bytes, materialized_cap_bytes, progress,
-                 timer.back_to_back)
+                 timer.back_to_back, timer.back_to_back_together)

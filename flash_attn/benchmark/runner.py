@@ -7,7 +7,7 @@ import torch
 
 from . import impls as impl_lib
 from .cells import ERROR, OK, OOM, SKIPPED, Cell, compute_ratios, format_value
-from .measure import release_memory
+from .measure import failure_of, guarded, release_memory
 from .shapes import tflops_per_s
 
 
@@ -25,11 +25,48 @@ def random_inputs(shape, dtype, device, requires_grad=True):
     return q, k, v, dout
 
 
+def tflops_cell(flops, ms):
+    return Cell(OK, tflops_per_s(flops, ms), ms)
+
+
 def timed_cell(bench, fn, flops, back_to_back=False):
     """A TFLOP/s cell from the median time of fn (back_to_back: calls timed back to back, for host-bound
     calls; measure.py says why)."""
-    ms = bench.time_steps(fn) if back_to_back else bench.timer(fn)
-    return Cell(OK, tflops_per_s(flops, ms), ms)
+    return tflops_cell(flops, bench.time_steps(fn) if back_to_back else bench.timer(fn))
+
+
+def _run_in(context_factory, step):
+    with context_factory():
+        step()
+
+
+def _timed_alone(measure, failure):
+    """guarded(measure), a valued cell's note saying that it was timed alone and why: its ratio to the
+    others is then the less robust one of separate time windows (measure.py)."""
+    cell = guarded(measure)
+    if cell.ok:
+        cell.note = "; ".join(filter(None, (cell.note, f"timed alone, the together measurement failed: "
+                                                       f"{failure.note}")))
+    return cell
+
+
+def steps_timed_together(bench, entries, cell_of, alone):
+    """One cell per entry of entries (name -> (context_factory, step)), host-bound steps compared in
+    one measurement (bench.time_steps_together: blocks alternating, so a drift of the host's state
+    reaches them all; measure.py says why). Each step is first called once, guarded, in its context:
+    one that fails keeps its OOM or error cell and the others are timed without it; cell_of(name, ms)
+    makes the others' cells. Should the together measurement itself raise, each is measured alone
+    instead, guarded(alone(name)), so one failing implementation never stops the row."""
+    cells = {name: failure_of(lambda entry=entry: _run_in(*entry)) for name, entry in entries.items()}
+    running = [name for name, cell in cells.items() if cell is None]
+    if not running:
+        return cells
+    times = {}
+    failed = failure_of(lambda: times.update(zip(running, bench.time_steps_together(
+        [entries[name] for name in running]), strict=True)))
+    for name in running:
+        cells[name] = cell_of(name, times[name]) if failed is None else _timed_alone(alone(name), failed)
+    return cells
 
 
 def backward_cell(bench, forward, inputs, dout, flops, kept=None):

@@ -16,7 +16,7 @@ from .decode import run_decode
 from .features import run_features
 from .measure import guarded
 from .plan import DTYPES
-from .runner import backward_cell, random_inputs, run_configs, timed_cell
+from .runner import backward_cell, random_inputs, run_configs, steps_timed_together, timed_cell
 from .shapes import (
     PASSES,
     AttnShape,
@@ -46,14 +46,16 @@ def _materialized_verdict(bench, impl, shape, dtype, cap_bytes):
     return None
 
 
+def _verdicts_where_they_fit(bench, impls, shape, dtype):
+    """name -> an OOM cell for each materializing implementation that would not fit in free memory, else
+    None (no cost cap: these suites exist to show naive attention where it runs)."""
+    return {impl.name: _materialized_verdict(bench, impl, shape, dtype, float("inf")) for impl in impls}
+
+
 def _cells_where_they_fit(bench, impls, shape, dtype, measure):
-    """One cell per implementation: guarded measure(impl), or OOM where a materializing one would not
-    fit (no cost cap: these suites exist to show naive attention where it runs)."""
-    cells = {}
-    for impl in impls:
-        verdict = _materialized_verdict(bench, impl, shape, dtype, float("inf"))
-        cells[impl.name] = verdict or guarded(functools.partial(measure, impl))
-    return cells
+    """One cell per implementation: guarded measure(impl), or OOM where a materializing one would not fit."""
+    verdicts = _verdicts_where_they_fit(bench, impls, shape, dtype)
+    return {impl.name: verdicts[impl.name] or guarded(functools.partial(measure, impl)) for impl in impls}
 
 
 def _time_training(bench, impl, q, k, v, dout, causal, shape):
@@ -146,17 +148,37 @@ def run_speed(bench, plan):
     return run_configs(bench, suite, plan.speed, run_one, describe)
 
 
-def _fwd_bwd_ms_cell(bench, impl, qkv, dout, *options):
-    """A cell whose value is the time in ms of impl.forward(*qkv, *options) and its backward, steps
-    timed back to back (bench.time_steps: the short sequences are host-bound, measure.py says why).
-    The SDPA peer of the dropout+mask series notes which backend SDPA picked."""
+def _fwd_bwd_step(impl, qkv, dout, options):
+    """impl.forward(*qkv, *options) and its backward: one training step's attention."""
     def step():
         return torch.autograd.grad(impl.forward(*qkv, *options), qkv, dout)
 
-    with impl.context():
-        ms = bench.time_steps(step)
+    return step
+
+
+def _ms_cell(impl, qkv, options, ms):
+    """A cell whose value is ms; the SDPA peer of the dropout+mask series notes which backend SDPA picked."""
     note = f"SDPA picked {impl_lib.sdpa_padded_backend(*qkv, *options)}" if impl.name == "sdpa" else ""
     return Cell(OK, ms, ms, note)
+
+
+def _fwd_bwd_ms_cell(bench, impl, qkv, dout, *options):
+    """A cell whose value is the time in ms of a forward+backward step, timed alone, back to back
+    (bench.time_steps: the short sequences are host-bound, measure.py says why)."""
+    with impl.context():
+        ms = bench.time_steps(_fwd_bwd_step(impl, qkv, dout, options))
+    return _ms_cell(impl, qkv, options, ms)
+
+
+def _fwd_bwd_ms_cells(bench, impls, qkv, dout, options):
+    """_fwd_bwd_ms_cell's cells of impls, their steps timed together, alternating block by block
+    (runner.steps_timed_together): timed one after the other, the ratios of these host-bound steps
+    moved by up to 2x between runs (benchmarks/NOTES.md v15)."""
+    by_name = {impl.name: impl for impl in impls}
+    entries = {impl.name: (impl.context, _fwd_bwd_step(impl, qkv, dout, options)) for impl in impls}
+    return steps_timed_together(
+        bench, entries, lambda name, ms: _ms_cell(by_name[name], qkv, options, ms),
+        lambda name: functools.partial(_fwd_bwd_ms_cell, bench, by_name[name], qkv, dout, *options))
 
 
 def _baseline_over(cells, name, baseline="naive"):
@@ -194,8 +216,10 @@ def _speedup_cells(bench, plan, columns, series, shape, dtype):
     else:
         impls = [impl_lib.training_impl(name) for name in ("naive", "flash", "ours") if name in columns]
         options = (series == "causal",)
-    return _cells_where_they_fit(bench, impls, shape, dtype,
-                                 lambda impl: _fwd_bwd_ms_cell(bench, impl, (q, k, v), dout, *options))
+    verdicts = _verdicts_where_they_fit(bench, impls, shape, dtype)
+    timed = _fwd_bwd_ms_cells(bench, [impl for impl in impls if verdicts[impl.name] is None], (q, k, v), dout,
+                              options)
+    return {impl.name: verdicts[impl.name] or timed[impl.name] for impl in impls}
 
 
 def _speedup_notes(plan):
@@ -212,7 +236,10 @@ def _speedup_notes(plan):
         "Timing: forward+backward steps back to back, no L2 flush between them (measure.BACK_TO_BACK_DESCRIPTION), "
         "the method of FlashAttention's own benchmark for this figure: at short sequences a step is host-bound "
         "and this is the rate a training loop gets; a flush before each step would overlap the host's queueing "
-        "and make the median jump between two modes (benchmarks/NOTES.md v11).",
+        "and make the median jump between two modes (benchmarks/NOTES.md v11). The implementations of a row "
+        "are timed together, alternating block by block, so that a drift of the host's state reaches them all "
+        "(timed one after the other, their ratios moved by up to 2x between runs: NOTES.md v15); a cell noted "
+        "'timed alone' was timed in its own window, the together measurement having failed.",
     ]
 
 
