@@ -11,8 +11,8 @@
 //     its softmax the tensor core works on the other's MMAs rather than both softmaxes meeting
 //     at the exponential unit at once.
 //   Tiles: a CTA walks query tiles blockIdx.x, + gridDim.x, ... of the order that
-//     query_tile_scheduler.cuh gives (natural for equal tiles, heaviest first for causal and
-//     windowed ones, packed for varlen); the launcher gives one CTA per SM. Across tiles the rings
+//     query_tile_scheduler.cuh gives (natural for equal tiles, heaviest first by groups for causal
+//     and windowed ones, packed for varlen); the launcher gives one CTA per SM. Across tiles the rings
 //     keep turning; Q has its own full/empty pair, released after a tile's last S, so the producer
 //     loads the next tile's Q and first K while the math warpgroups finish the last P.V and the
 //     epilogue, which stages O in its own shared-memory tile.

@@ -9,11 +9,17 @@
 //     a head's query blocks (last first), so the tiles in flight at once share a few heads' keys
 //     in L2.
 //   heaviest first (dense with a causal mask or a window): groups of `group_pairs` (batch, head)
-//     pairs, whose keys fit in L2 together, one after the other; within a group, every pair's
-//     last query block (the one that sees the most keys), then every pair's block before it, and
-//     so on. Consecutive tiles then cost about the same, so the CTAs of a static stride finish
-//     together (a stride over the natural order hands some CTAs mostly heavy causal blocks), as
-//     the longest-first ordering of FlashAttention 3's causal scheduler does with a counter.
+//     pairs, whose keys fit in L2 together, one after the other; within the last group, every
+//     pair's last query block (the one that sees the most keys), then every pair's block before
+//     it, and so on; the groups before it alternate between lightest and heaviest first, so that
+//     the last group is heaviest first. Consecutive tiles then cost about the same, and a static
+//     stride hands each CTA a light and a heavy part of two neighbouring groups in turn: every
+//     group heaviest first gave the CTAs that land on the groups' heavy starts up to 20% more work
+//     than the mean (a model of the stride at the speed suite's causal shapes, max / mean load
+//     1.13-1.24; ncu at hd 128 8k causal: SMs active 81% of the kernel's time), alternating
+//     1.00-1.03 (benchmarks/NOTES.md v17). The last group heaviest first keeps the light tiles
+//     for the end, as the longest-first ordering of FlashAttention 3's causal scheduler does with
+//     a counter.
 //   packed (varlen): batch by batch, the heads, a head's blocks heaviest causal first; batch b has
 //     ceil(len_q(b) / kBlockM) blocks, len_q clamped as SequenceView clamps it, so no tile lies
 //     past a sequence's end (a grid over max_seqlen_q leaves most CTAs empty when lengths differ).
@@ -70,8 +76,10 @@ struct QueryTileWalk {
       const int group_tiles = order.group_pairs * m_blocks, group = tile / group_tiles;
       const int first_pair = group * order.group_pairs, in_group = tile - group * group_tiles;
       const int group_size = min(order.group_pairs, pairs - first_pair);
+      const int groups = ceil_div(pairs, order.group_pairs), rank = in_group / group_size;  // rank 0: heaviest
+      const bool heaviest_first = (groups - 1 - group) % 2 == 0;  // the last group, then every other one
       pair = first_pair + in_group % group_size;
-      m_block = m_blocks - 1 - in_group / group_size;
+      m_block = heaviest_first ? m_blocks - 1 - rank : rank;
     } else {
       pair = tile / m_blocks;
       m_block = m_blocks - 1 - tile % m_blocks;
