@@ -52,9 +52,10 @@ struct FwdSm90Tile<128> {
 //     or 64-key steps 10-30% slower). With one CTA per tile the cp.async kernel, two or three CTAs
 //     per SM, stayed ahead on short walks (512 non-causal 0.227 vs 0.237 ms): one CTA per SM left
 //     each tile's prologue and epilogue exposed. The persistent grid (non-causal) overlaps them:
-//     316 vs 304 TFLOP/s at 512 (fwd_ab_persistent.md). Causal tiles still get one CTA each, and
-//     there the cp.async kernel wins below 4k keys (2k: 303 vs 265 TFLOP/s; 4k: 328 vs 341).
-//     Below 512 keys non-causal the cp.async kernel stays, unmeasured.
+//     316 vs 304 TFLOP/s at 512 (fwd_ab_persistent.md). Causal: since the heaviest-first groups
+//     alternate direction (balanced strides, NOTES.md v17), the warp-specialized kernel wins from
+//     2k keys (H100, 16k tokens: 2k 336 vs 304 TFLOP/s, 8k 444 vs ~405) and the cp.async one at
+//     512 (208 vs 166). Below 512 keys non-causal the cp.async kernel stays, unmeasured.
 //     `preferred` says where the warp-specialized kernel runs by default.
 template <int kHeadDim>
 struct FwdWsTile {
@@ -64,7 +65,7 @@ template <>
 struct FwdWsTile<64> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<64, 128, 3, 2>;
-  static bool preferred(const FwdParams& p) { return p.shape.seqlen_k >= (p.causal ? 4096 : 512); }
+  static bool preferred(const FwdParams& p) { return p.shape.seqlen_k >= (p.causal ? 2048 : 512); }
 };
 template <>
 struct FwdWsTile<128> {
