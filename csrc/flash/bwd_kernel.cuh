@@ -92,8 +92,8 @@ __device__ __forceinline__ void load_query_stage_async(const QueryStage<T, Cfg>&
   load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.dsum, p.dsum + vector_offset, rows, tid);
 }
 
-// Phase 1: this warp's tile of P^T (dropped entries zeroed) and dS^T (keys x
-// queries), written to shared memory as T.
+// Phase 1: this warp's tile of P^T (dropped entries zeroed) and dS^T (keys x queries), written to
+// shared memory as T.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const T* sK, const T* sV,
                                                           const QueryStage<T, Cfg>& stage, const BwdParams& p,

@@ -54,8 +54,8 @@ struct FwdSm90Tile<128> {
 //     each tile's prologue and epilogue exposed. The persistent grid (non-causal) overlaps them:
 //     316 vs 304 TFLOP/s at 512 (fwd_ab_persistent.md). Causal: since the heaviest-first groups
 //     alternate direction (balanced strides, NOTES.md v17), the warp-specialized kernel wins from
-//     2k keys (H100, 16k tokens: 2k 336 vs 304 TFLOP/s, 8k 444 vs ~405) and the cp.async one at
-//     512 (208 vs 166). Below 512 keys non-causal the cp.async kernel stays, unmeasured.
+//     2k keys (H100, 16k tokens, benchmarks/results/nvidia-h100_2026-11-24_v17/scheduler_ab.md:
+//     2k 336 vs 304 TFLOP/s) and the cp.async one at 512 (208 vs 166). Below 512 keys non-causal the cp.async kernel stays, unmeasured.
 //     `preferred` says where the warp-specialized kernel runs by default.
 template <int kHeadDim>
 struct FwdWsTile {
