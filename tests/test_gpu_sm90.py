@@ -4,7 +4,7 @@ FLASH_ATTN_DISABLE_SM90=1, and the two Hopper forwards and backwards forced with
 and FLASH_ATTN_SM90_BWD (ws: the warp-specialized TMA kernels; cpasync: the ones that run on short
 hd-64 walks and where no tensor map can be built). The sm90 kernels themselves are checked against the reference by
 test_gpu_attention.py, which on an H100/H200 runs them for every head dim they serve (64 and 128,
-and those padded to them).
+the forward also at 256, and those padded to them).
 """
 
 import os
@@ -83,8 +83,25 @@ def test_hopper_runs_the_wgmma_kernels(monkeypatch, headdim):
     assert backward and not any("sm90" in name for name in backward), backward
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+def test_hopper_hd256_forward_is_warp_specialized(monkeypatch):
+    """hd 256 has a warp-specialized forward only (launch_fwd_sm90.cuh): it runs by default, and
+    FLASH_ATTN_SM90_FWD=cpasync or FLASH_ATTN_DISABLE_SM90=1 give the sm80 kernel; the backward is
+    the sm80 one."""
+    require_kernel(torch.bfloat16, 256)
+    forward, backward = _kernel_names(256)
+    assert forward and all("fwd_kernel_sm90_ws" in name for name in forward), forward
+    assert backward and not any("sm90" in name for name in backward), backward
+    for variable, value in (("FLASH_ATTN_SM90_FWD", "cpasync"), ("FLASH_ATTN_DISABLE_SM90", "1")):
+        with monkeypatch.context() as patch:
+            patch.setenv(variable, value)
+            forward, _ = _kernel_names(256)
+            assert forward and not any("sm90" in name for name in forward), (variable, forward)
+
+
 SM80_CASES = [(64, 239, 300, 4, 4, False), (64, 1023, 1024, 4, 2, True), (128, 113, 203, 4, 1, True),
-              (128, 1024, 1023, 4, 4, False), (59, 300, 239, 2, 2, True), (111, 128, 217, 2, 2, False)]
+              (128, 1024, 1023, 4, 4, False), (59, 300, 239, 2, 2, True), (111, 128, 217, 2, 2, False),
+              (256, 239, 300, 4, 2, True), (200, 300, 239, 2, 2, False)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -112,7 +129,7 @@ def test_sm90_kernels_forced(monkeypatch, kernel_pass, choice, dtype, headdim, s
 
 # (headdim, batch, seqlen, nheads, nheads_k): 300-1000 query tiles, more than any GPU's SMs, so each CTA
 # of the persistent grid walks several tiles and the rings and Q's barrier go through many phases.
-PERSISTENT_CASES = [(128, 4, 1000, 16, 4), (64, 3, 777, 32, 8), (128, 2, 2048, 24, 24)]
+PERSISTENT_CASES = [(128, 4, 1000, 16, 4), (64, 3, 777, 32, 8), (128, 2, 2048, 24, 24), (256, 2, 1000, 16, 4)]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
@@ -129,7 +146,7 @@ def test_ws_forward_walks_many_tiles(monkeypatch, grid, dtype, headdim, batch, s
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
-@pytest.mark.parametrize("headdim", [64, 128])
+@pytest.mark.parametrize("headdim", [64, 128, 256])
 def test_ws_forward_persistent_with_options(monkeypatch, headdim):
     """The persistent grid on the options kernel: dropout and softcap (the tiles still all have the same
     work), against the reference with the keep mask of return_attn_probs."""
@@ -147,7 +164,8 @@ def test_ws_forward_persistent_with_options(monkeypatch, headdim):
 UNEVEN_DENSE_CASES = [(128, 4, 1000, 16, 4, Mods(causal=True)), (128, 3, 2500, 16, 2, Mods(causal=True)),
                       (64, 3, 777, 32, 8, Mods(causal=True)),
                       (128, 2, 1500, 8, 8, Mods(causal=True, window_size=(300, 0))),
-                      (64, 2, 1200, 24, 2, Mods(window_size=(200, 100), softcap=10.0))]
+                      (64, 2, 1200, 24, 2, Mods(window_size=(200, 100), softcap=10.0)),
+                      (256, 2, 1500, 16, 2, Mods(causal=True, alibi="batch"))]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
@@ -170,7 +188,7 @@ def _varlen_lengths(count, seed):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
-@pytest.mark.parametrize("headdim", [64, 128])
+@pytest.mark.parametrize("headdim", [64, 128, 256])
 @pytest.mark.parametrize("mods", [Mods(), Mods(causal=True), Mods(causal=True, window_size=(100, 0))],
                          ids=["full", "causal", "window"])
 @pytest.mark.parametrize("count", [37, 70])

@@ -44,7 +44,7 @@ struct BwdWsConfig : BwdSm90Config<kHeadDim_, kBlockM_, kStages_, 2, kDvAfterDs_
   static constexpr int kBarrierOffset = kDqOffset + kDqBuffers * Base::kDqTileBytes;
   static constexpr int kBarriers = 1 + 2 * kStages_;  // K/V full; per stage full, empty
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
-  static_assert(kSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
+  static_assert(kSmemBytes <= arch::kMaxSmemBytesPerBlock, "Hopper's shared memory per block");
 };
 
 // Named barriers (0 is __syncthreads'): among the math warpgroups, and per dQ tile between them

@@ -57,16 +57,21 @@ struct FwdWsConfig {
                 "register file");
   using QTile = arch::SwizzledTile<kBlockM, kHeadDim>;
   using KVTile = arch::SwizzledTile<kBlockN, kHeadDim>;
-  static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, a QTile
-  static constexpr int kBarrierOffset = kOOffset + QTile::kBytes;
   static constexpr int kBarriers = 2 + 4 * kStages;  // Q full / empty; K full / empty; V full / empty
+  static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, a QTile
+  // The epilogue stages O in a shared tile of its own (whole-line stores, under the next tile's
+  // loads) where it fits beside Q and the rings; otherwise (hd 256: Q and two 64-key slots of K and
+  // V take 192 of the 227 KiB) O goes straight from the accumulators to global memory.
+  static constexpr bool kStageO = kOOffset + QTile::kBytes + kBarriers * 8 <= arch::kMaxSmemBytesPerBlock;
+  static constexpr int kBarrierOffset = kOOffset + (kStageO ? QTile::kBytes : 0);
   static constexpr int kConsumerThreads = kConsumers * arch::kWarpgroupThreads;
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
+  static_assert(kSmemBytes <= arch::kMaxSmemBytesPerBlock, "Hopper's shared memory per block");
   static_assert(kBlockN % 16 == 0 && kHeadDim % 64 == 0, "whole wgmma k-steps and 64-column TMA boxes");
   static_assert(kBlockM <= 256 && kBlockN <= 256, "TMA boxes hold at most 256 rows");
 };
 
-// Shared memory: Q, the K ring, the V ring, O (all 1024-byte aligned), then the mbarriers.
+// Shared memory: Q, the K ring, the V ring, O if staged (all 1024-byte aligned), then the mbarriers.
 template <typename Cfg>
 struct FwdWsSmem {
   char* base;
@@ -157,6 +162,28 @@ struct WarpgroupTurns {
   __device__ __forceinline__ int own_barrier() const { return 1 + kConsumers + consumer; }
 };
 
+// A consumer warpgroup's epilogue: its 64 rows of O (normalized accumulators) to global memory.
+// Staged (Cfg::kStageO): through this warpgroup's rows of the O tile, once its copy-out of the
+// previous tile is done, then coalesced 16-byte stores. Otherwise straight from the accumulators.
+template <typename T, typename Cfg, typename QueryBlock>
+__device__ __forceinline__ void write_output_rows(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
+                                                  const float (&acc)[1][Cfg::kHeadDim / 8][4],
+                                                  const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid) {
+  constexpr int kHeadNT = Cfg::kHeadDim / 8;
+  const int lane = group_tid % arch::kWarpSize, group_row0 = turns.consumer * 64;
+  const int warp_row0 = group_row0 + (group_tid / arch::kWarpSize) * 16;
+  if constexpr (Cfg::kStageO) {
+    arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
+    arch::store_accumulators_swizzled<typename Cfg::QTile, kHeadNT, T>(s.o(), warp_row0, acc, lane);
+    arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
+    arch::copy_swizzled_rows_to_global<typename Cfg::QTile, 64, Cfg::kHeadDim, arch::kWarpgroupThreads>(
+        qb.template out<T>(p), p.out.row_stride, s.o(), group_row0, qb.rows_q, p.shape.headdim, group_tid);
+  } else {
+    arch::store_accumulator_rows<kHeadNT, T>(qb.template out<T>(p), p.out.row_stride, warp_row0, acc, lane, qb.rows_q,
+                                             p.shape.headdim);
+  }
+}
+
 // One consumer warpgroup on one tile: 64 query rows of the block, the whole key walk, and their
 // output. group_tid: the thread's index within its warpgroup (0..127); ring and tile_parity as
 // for the producer.
@@ -164,8 +191,8 @@ template <typename T, typename Cfg, bool kScoreExtras, typename QueryBlock>
 __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
                                                  const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid,
                                                  int ring, uint32_t tile_parity) {
-  constexpr int kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim, kStages = Cfg::kStages;
-  constexpr int kScoreNT = kBlockN / 8, kHeadNT = kHeadDim / 8;
+  constexpr int kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
+  constexpr int kScoreNT = kBlockN / 8;
   const int lane = group_tid % arch::kWarpSize, warp_in_group = group_tid / arch::kWarpSize;
   const bool releases = group_tid == 0;  // the thread that hands this warpgroup's slots back
   const int m0 = qb.m0, rows_q = qb.rows_q;
@@ -224,13 +251,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
   arch::wgmma_fence_operand(rows.acc[0]);
   if (releases) arch::mbarrier_arrive(s.v_empty(last.slot));
   rows.finalize(p, dropout.keep_scale, qb.lse(p), warp_row0, rows_q, lane);
-  // Epilogue: O through this warpgroup's rows of the O tile, once its copy-out of the previous
-  // tile is done, then coalesced 16-byte stores.
-  arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
-  arch::store_accumulators_swizzled<typename Cfg::QTile, kHeadNT, T>(s.o(), warp_row0, rows.acc, lane);
-  arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
-  arch::copy_swizzled_rows_to_global<typename Cfg::QTile, 64, kHeadDim, arch::kWarpgroupThreads>(
-      qb.template out<T>(p), p.out.row_stride, s.o(), group_row0, rows_q, p.shape.headdim, group_tid);
+  write_output_rows<T, Cfg>(p, s, qb, rows.acc, turns, group_tid);
 }
 
 // kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).

@@ -14,7 +14,8 @@
 
 namespace flash {
 
-// Head dims with a wgmma forward; the others run the sm80 kernel on Hopper too.
+// Head dims with a cp.async wgmma forward (fwd_kernel_sm90.cuh); FwdWsTile below lists those with
+// a warp-specialized one. The others run the sm80 kernel on Hopper too.
 // FwdSm90Config<hd, keys per step, warpgroups (64 queries each), CTAs per SM>; `causal_type`
 // replaces `type` for causal attention. Measured on H200 (sweep, benchmarks/NOTES.md, TFLOP/s):
 //   hd 64: one CTA of two warpgroups per SM left the SM idle through every CTA's loads, barriers
@@ -71,6 +72,16 @@ template <>
 struct FwdWsTile<128> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<128, 128, 2, 2>;
+  static bool preferred(const FwdParams&) { return true; }
+};
+// hd 256: two consumers, two slots of 64-key steps, O stored from the accumulators (FwdWsConfig::
+// kStageO): Q and the rings take 192 of the 227 KiB. FA3 takes 80-key steps here; dropout's drop
+// tests pair 16-column tiles (dropout.cuh), so steps are a multiple of 32 keys, and 96 would need
+// 256 KiB. No cp.async wgmma kernel at this head dim: the sm80 kernel is the fallback.
+template <>
+struct FwdWsTile<256> {
+  static constexpr bool kAvailable = true;
+  using type = FwdWsConfig<256, 64, 2, 2>;
   static bool preferred(const FwdParams&) { return true; }
 };
 
@@ -135,27 +146,39 @@ cudaError_t try_run_fwd_sm90_ws(const FwdParams& params, cudaStream_t stream, bo
   return cudaSuccess;
 }
 
+// Whether this binary's Hopper forward for kHeadDim can run here (launch_sm90.cuh), asked of
+// whichever wgmma kernel the head dim has.
+template <typename T, int kHeadDim, bool kScoreExtras>
+cudaError_t can_run_fwd_sm90(int device, bool& usable) {
+  if constexpr (FwdSm90Tile<kHeadDim>::kAvailable)
+    return can_run_sm90(fwd_kernel_sm90<T, typename FwdSm90Tile<kHeadDim>::type, kScoreExtras>, device, usable);
+  else
+    return can_run_sm90(fwd_kernel_sm90_ws<T, typename FwdWsTile<kHeadDim>::type, kScoreExtras>, device, usable);
+}
+
 // Launches a wgmma forward kernel when possible; `launched` says whether it did.
 template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t try_run_fwd_sm90(const FwdParams& params, cudaStream_t stream, bool& launched) {
   launched = false;
-  if constexpr (FwdSm90Tile<kHeadDim>::kAvailable) {
-    using Tile = FwdSm90Tile<kHeadDim>;
+  if constexpr (FwdSm90Tile<kHeadDim>::kAvailable || FwdWsTile<kHeadDim>::kAvailable) {
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
     bool usable = false;
-    err = can_run_sm90(fwd_kernel_sm90<T, typename Tile::type, kScoreExtras>, device, usable);
+    err = can_run_fwd_sm90<T, kHeadDim, kScoreExtras>(device, usable);
     if (err != cudaSuccess || !usable) return err;
     err = try_run_fwd_sm90_ws<T, kHeadDim, kScoreExtras>(params, stream, launched);
     if (err != cudaSuccess || launched) return err;
-    launched = true;
-    using CausalCfg = typename Tile::causal_type;
-    using Cfg = typename Tile::type;
-    if (params.causal) {
-      return launch_over_query_blocks<CausalCfg>(fwd_kernel_sm90<T, CausalCfg, kScoreExtras>, params, stream);
+    if constexpr (FwdSm90Tile<kHeadDim>::kAvailable) {
+      using Tile = FwdSm90Tile<kHeadDim>;
+      using CausalCfg = typename Tile::causal_type;
+      using Cfg = typename Tile::type;
+      launched = true;
+      if (params.causal) {
+        return launch_over_query_blocks<CausalCfg>(fwd_kernel_sm90<T, CausalCfg, kScoreExtras>, params, stream);
+      }
+      return launch_over_query_blocks<Cfg>(fwd_kernel_sm90<T, Cfg, kScoreExtras>, params, stream);
     }
-    return launch_over_query_blocks<Cfg>(fwd_kernel_sm90<T, Cfg, kScoreExtras>, params, stream);
   }
   return cudaSuccess;
 }

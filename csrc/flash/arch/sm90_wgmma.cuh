@@ -31,6 +31,7 @@ namespace flash {
 namespace arch {
 
 constexpr int kWarpgroupThreads = 128;
+constexpr int kMaxSmemBytesPerBlock = 227 * 1024;  // Hopper's dynamic shared memory per block (opt-in)
 constexpr int kCoreRows = 8;
 constexpr int kCoreBytes = 128;
 
@@ -54,6 +55,27 @@ __device__ __forceinline__ void wgmma_fence_operand(uint32_t (&a)[MT][KS][4]) {
     for (int k = 0; k < KS; ++k)
 #pragma unroll
       for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[m][k][r])::"memory");
+}
+
+// Writes a warp's fp32 accumulators (16 rows from row0 x 8*NT columns, as T) straight to global
+// rows of the same index, those below rows_valid and columns below cols_valid only: 4-byte stores,
+// each warp instruction 8 rows x 16 bytes. For kernels whose shared memory has no room to stage
+// the tile for whole-line stores.
+template <int NT, typename T>
+__device__ __forceinline__ void store_accumulator_rows(T* gmem, int64_t row_stride, int row0, const float (&c)[1][NT][4],
+                                                       int lane, int rows_valid, int cols_valid) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + acc_row(lane, 2 * half);
+    if (row >= rows_valid) continue;
+    T* out_row = gmem + row * row_stride;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = nt * 8 + acc_col(lane, 0);
+      if (col < cols_valid)
+        *reinterpret_cast<uint32_t*>(out_row + col) = pack_pair<T>(c[0][nt][2 * half], c[0][nt][2 * half + 1]);
+    }
+  }
 }
 
 // Orders this thread's earlier register writes before the next wgmma.mma_async.
