@@ -46,6 +46,14 @@ def test_wgmma_operand_layouts(tmp_path):
     assert result.returncode == 0 and "ALL OK" in result.stdout, result.stdout + result.stderr
 
 
+def _require_exact_kernel(headdim):
+    """Skip unless this build has the bf16 kernel of exactly this head dim: which kernel runs is
+    decided per compiled head dim, and a build without it pads to a larger one."""
+    require_kernel(torch.bfloat16, headdim)
+    if (torch.bfloat16, headdim) not in flash_attn.ops.compiled_configs():
+        pytest.skip(f"this build pads hd {headdim} to a larger head dim")
+
+
 def _kernel_names(headdim):
     """Names of the forward and backward kernels that one forward + backward launches."""
     q, k, v = (torch.randn(1, 300, 2, headdim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -60,7 +68,7 @@ def _kernel_names(headdim):
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("headdim", [64, 128])
 def test_hopper_runs_the_wgmma_kernels(monkeypatch, headdim):
-    require_kernel(torch.bfloat16, headdim)
+    _require_exact_kernel(headdim)
     forward, backward = _kernel_names(headdim)
     assert forward and all("fwd_kernel_sm90" in name for name in forward), forward
     assert backward and all("bwd_kernel_sm90" in name for name in backward), backward
@@ -84,18 +92,20 @@ def test_hopper_runs_the_wgmma_kernels(monkeypatch, headdim):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
-def test_hopper_hd256_forward_is_warp_specialized(monkeypatch):
-    """hd 256 has a warp-specialized forward only (launch_fwd_sm90.cuh): it runs by default, and
-    FLASH_ATTN_SM90_FWD=cpasync or FLASH_ATTN_DISABLE_SM90=1 give the sm80 kernel; the backward is
-    the sm80 one."""
-    require_kernel(torch.bfloat16, 256)
-    forward, backward = _kernel_names(256)
+@pytest.mark.parametrize("headdim", [192, 256])
+def test_hopper_large_head_dims_run_the_warp_specialized_forward(monkeypatch, headdim):
+    """hd 192 and 256 have a warp-specialized forward only (launch_fwd_sm90.cuh): it runs by default,
+    and FLASH_ATTN_SM90_FWD=cpasync or FLASH_ATTN_DISABLE_SM90=1 give the sm80 kernel; the backward
+    is the sm80 one. The kernel compiled for the head dim must be the one asked for (a build without
+    it would pad to a larger one)."""
+    _require_exact_kernel(headdim)
+    forward, backward = _kernel_names(headdim)
     assert forward and all("fwd_kernel_sm90_ws" in name for name in forward), forward
     assert backward and not any("sm90" in name for name in backward), backward
     for variable, value in (("FLASH_ATTN_SM90_FWD", "cpasync"), ("FLASH_ATTN_DISABLE_SM90", "1")):
         with monkeypatch.context() as patch:
             patch.setenv(variable, value)
-            forward, _ = _kernel_names(256)
+            forward, _ = _kernel_names(headdim)
             assert forward and not any("sm90" in name for name in forward), (variable, forward)
 
 
@@ -129,7 +139,8 @@ def test_sm90_kernels_forced(monkeypatch, kernel_pass, choice, dtype, headdim, s
 
 # (headdim, batch, seqlen, nheads, nheads_k): 300-1000 query tiles, more than any GPU's SMs, so each CTA
 # of the persistent grid walks several tiles and the rings and Q's barrier go through many phases.
-PERSISTENT_CASES = [(128, 4, 1000, 16, 4), (64, 3, 777, 32, 8), (128, 2, 2048, 24, 24), (256, 2, 1000, 16, 4)]
+PERSISTENT_CASES = [(128, 4, 1000, 16, 4), (64, 3, 777, 32, 8), (128, 2, 2048, 24, 24), (256, 2, 1000, 16, 4),
+                    (192, 3, 700, 8, 8)]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")

@@ -31,8 +31,8 @@ template <> struct BwdTile<32> { using type = BwdConfig<32, 128, 128, 8, 4, 4, 4
 template <> struct BwdTile<64> { using type = BwdConfig<64, 128, 128, 8, 4, 4, 4>; };
 template <> struct BwdTile<96> { using type = BwdConfig<96, 64, 128, 8, 4, 4, 4>; };
 template <> struct BwdTile<128> { using type = BwdConfig<128, 64, 128, 8, 4, 4, 2>; };
-template <> struct BwdTile<192> { using type = BwdConfig<192, 64, 64, 8, 4, 4, 4>; };
-template <> struct BwdTile<256> { using type = BwdConfig<256, 64, 64, 8, 4, 4, 4>; };
+template <> struct BwdTile<192> { using type = BwdConfig<192, 64, 64, 8, 4, 2, 2>; };
+template <> struct BwdTile<256> { using type = BwdConfig<256, 64, 64, 8, 4, 2, 2>; };
 
 // The sm80 kernel, on any sm80+ GPU.
 template <typename T, int kHeadDim, bool kScoreExtras>

@@ -74,10 +74,17 @@ struct FwdWsTile<128> {
   using type = FwdWsConfig<128, 128, 2, 2>;
   static bool preferred(const FwdParams&) { return true; }
 };
-// hd 256: two consumers, two slots of 64-key steps, O stored from the accumulators (FwdWsConfig::
-// kStageO): Q and the rings take 192 of the 227 KiB. FA3 takes 80-key steps here; dropout's drop
-// tests pair 16-column tiles (dropout.cuh), so steps are a multiple of 32 keys, and 96 would need
-// 256 KiB. No cp.async wgmma kernel at this head dim: the sm80 kernel is the fallback.
+// hd 192 and 256: two consumers, two slots of 64-key steps. Dropout's drop tests pair 16-column
+// tiles (dropout.cuh), so steps are a multiple of 32 keys; FA3 takes 112 and 80. At hd 256 Q and
+// the rings take 192 of the 227 KiB and O is stored from the accumulators (FwdWsConfig::kStageO);
+// 96-key steps would need 256 KiB. At hd 192 O is staged (192 KiB in all). No cp.async wgmma
+// kernel at these head dims: the sm80 kernel is the fallback.
+template <>
+struct FwdWsTile<192> {
+  static constexpr bool kAvailable = true;
+  using type = FwdWsConfig<192, 64, 2, 2>;
+  static bool preferred(const FwdParams&) { return true; }
+};
 template <>
 struct FwdWsTile<256> {
   static constexpr bool kAvailable = true;
