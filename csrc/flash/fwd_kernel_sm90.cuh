@@ -102,7 +102,9 @@ __device__ __forceinline__ void issue_output_sm90(float (&acc)[1][Cfg::kHeadDim 
 
 // One warp's 16 query rows of a Hopper forward (both kernels): O, the online softmax, S / P of the
 // latest block and dropout's bytes for it, and the steps the kernels take on them between MMAs.
-template <typename T, typename Cfg>
+// Only the score-extras kernel (kScoreExtras) has dropout, so only it needs steps of whole 32-key
+// pairs of dropout tiles (dropout.cuh).
+template <typename T, typename Cfg, bool kScoreExtras>
 struct Sm90ForwardRows {
   static constexpr int kScoreNT = Cfg::kBlockN / 8, kHeadNT = Cfg::kHeadDim / 8;
   float acc[1][kHeadNT][4];  // O rows of this warp: 16 x head dim
@@ -110,7 +112,8 @@ struct Sm90ForwardRows {
   float scores[1][kScoreNT][4];             // S rows of this warp (16 x kBlockN), then P until converted
   float rescale[1][2];                      // O's pending rescale from the latest softmax
   uint32_t probs[1][Cfg::kBlockN / 16][4];  // P of the previous block, the A operand of its P.V
-  FwdDropTests<1, kScoreNT> drop_tests;     // dropout's drop tests of the latest block
+  struct NoDropTests {};
+  std::conditional_t<kScoreExtras, FwdDropTests<1, kScoreNT>, NoDropTests> drop_tests;  // of the latest block
 
   __device__ __forceinline__ void init() {
     arch::zero_accumulators(acc);
@@ -132,7 +135,9 @@ struct Sm90ForwardRows {
   __device__ __forceinline__ void convert(const Dropout& dropout) {
     OnlineSoftmax<1>::rescale_output(acc, rescale);
     arch::accumulators_to_a_fragments<T>(probs, scores);
-    if (dropout.enabled) drop_packed_probs(probs, drop_tests);
+    if constexpr (kScoreExtras) {
+      if (dropout.enabled) drop_packed_probs(probs, drop_tests);
+    }
   }
 
   // Waits until at most kPending wgmma groups run: S of the latest block is done.
@@ -175,7 +180,7 @@ template <typename T, typename Cfg, bool kScoreExtras>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm90(const FwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
-  constexpr int kScoreNT = kBlockN / 8, kHeadNT = kHeadDim / 8;
+  constexpr int kHeadNT = kHeadDim / 8;
   unsigned char* smem = arch::swizzle_aligned_dynamic_smem();
   const FwdSm90Smem<Cfg> s{reinterpret_cast<char*>(smem)};
 
@@ -199,7 +204,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   load_kv_tile_sm90<Cfg>(s.k(0), k, p.k.row_stride, n_last, seqlen_k, headdim, tid);
   arch::cp_async_commit();
 
-  Sm90ForwardRows<T, Cfg> rows;
+  Sm90ForwardRows<T, Cfg, kScoreExtras> rows;
   rows.init();
 
   // Step i handles key block n_last - i; its K sits in slot i % 2, its V in slot i % 3.
@@ -227,8 +232,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
     arch::cp_async_commit();
 
     // Dropout's random bytes do not depend on S: drawn here, while S's MMAs run.
-    if (dropout.enabled)
-      rows.drop_tests = drop_tests_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+    if constexpr (kScoreExtras) {
+      if (dropout.enabled)
+        rows.drop_tests = drop_tests_fwd<1, kBlockN / 8>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+    }
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
     rows.scores_to_probs(p, mask, mod, m0, rows_q, warp_row0, n_block, lane);
   };

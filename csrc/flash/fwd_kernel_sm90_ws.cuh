@@ -192,7 +192,6 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
                                                  const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid,
                                                  int ring, uint32_t tile_parity) {
   constexpr int kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
-  constexpr int kScoreNT = kBlockN / 8;
   const int lane = group_tid % arch::kWarpSize, warp_in_group = group_tid / arch::kWarpSize;
   const bool releases = group_tid == 0;  // the thread that hands this warpgroup's slots back
   const int m0 = qb.m0, rows_q = qb.rows_q;
@@ -203,7 +202,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
   const int group_row0 = turns.consumer * 64;
   const int warp_row0 = group_row0 + warp_in_group * 16;
 
-  Sm90ForwardRows<T, Cfg> rows;
+  Sm90ForwardRows<T, Cfg, kScoreExtras> rows;
   rows.init();
   // At step i: retires P.V[i-2] and hands its V slot back, then converts P[i-1].
   auto retire_and_convert = [&](int i) {
@@ -230,8 +229,10 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
     if constexpr (!kFirst)
       issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(RingPosition<kStages>(ring + i - 1).slot));
     turns.pass();
-    if (dropout.enabled)
-      rows.drop_tests = drop_tests_fwd<1, kScoreNT>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+    if constexpr (kScoreExtras) {  // dropout's random bytes, while S's MMAs run
+      if (dropout.enabled)
+        rows.drop_tests = drop_tests_fwd<1, kBlockN / 8>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+    }
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
     if (releases) {
       arch::mbarrier_arrive(s.k_empty(at.slot));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "arch/sm90_tensor_map.h"
 #include "fwd_kernel_sm90.cuh"
@@ -57,7 +58,8 @@ struct FwdSm90Tile<128> {
 //     alternate direction (balanced strides, NOTES.md v17), the warp-specialized kernel wins from
 //     2k keys (H100, 16k tokens, benchmarks/results/nvidia-h100_2026-11-24_v17/scheduler_ab.md:
 //     2k 336 vs 304 TFLOP/s) and the cp.async one at 512 (208 vs 166). Below 512 keys non-causal the cp.async kernel stays, unmeasured.
-//     `preferred` says where the warp-specialized kernel runs by default.
+//     `preferred` says where the warp-specialized kernel runs by default; `extras_type` is the
+//     configuration of the score-extras kernel (features.h) where it differs from `type`.
 template <int kHeadDim>
 struct FwdWsTile {
   static constexpr bool kAvailable = false;
@@ -66,31 +68,41 @@ template <>
 struct FwdWsTile<64> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<64, 128, 3, 2>;
+  using extras_type = type;
   static bool preferred(const FwdParams& p) { return p.shape.seqlen_k >= (p.causal ? 2048 : 512); }
 };
 template <>
 struct FwdWsTile<128> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<128, 128, 2, 2>;
+  using extras_type = type;
   static bool preferred(const FwdParams&) { return true; }
 };
-// hd 192 and 256: two consumers, two slots of 64-key steps. Dropout's drop tests pair 16-column
-// tiles (dropout.cuh), so steps are a multiple of 32 keys; FA3 takes 112 and 80. At hd 256 Q and
-// the rings take 192 of the 227 KiB and O is stored from the accumulators (FwdWsConfig::kStageO);
-// 96-key steps would need 256 KiB. At hd 192 O is staged (192 KiB in all). No cp.async wgmma
-// kernel at these head dims: the sm80 kernel is the fallback.
+// hd 192 and 256: two consumers, two slots. Dropout's drop tests pair 16-column tiles
+// (dropout.cuh), so the score-extras kernel's steps are a multiple of 32 keys: 64 (96 would need
+// 256 KiB at hd 256). The plain kernel at hd 256 takes FA3's 80-key steps: Q and the rings then fill
+// 224 of the 227 KiB, and O is stored from the accumulators (FwdWsConfig::kStageO), as with 64-key
+// steps (192 KiB). At hd 192 O is staged (192 KiB in all). No cp.async wgmma kernel at these head
+// dims: the sm80 kernel is the fallback.
 template <>
 struct FwdWsTile<192> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<192, 64, 2, 2>;
+  using extras_type = type;
   static bool preferred(const FwdParams&) { return true; }
 };
 template <>
 struct FwdWsTile<256> {
   static constexpr bool kAvailable = true;
-  using type = FwdWsConfig<256, 64, 2, 2>;
+  using type = FwdWsConfig<256, 80, 2, 2>;
+  using extras_type = FwdWsConfig<256, 64, 2, 2>;
   static bool preferred(const FwdParams&) { return true; }
 };
+
+// The warp-specialized configuration of the plain (kScoreExtras false) or score-extras kernel.
+template <int kHeadDim, bool kScoreExtras>
+using FwdWsConfigFor =
+    std::conditional_t<kScoreExtras, typename FwdWsTile<kHeadDim>::extras_type, typename FwdWsTile<kHeadDim>::type>;
 
 // FLASH_ATTN_SM90_FWD picks the Hopper forward where both exist: "ws" the warp-specialized one,
 // "cpasync" the other, unset FwdWsTile::preferred (read per call: the tests and the A/B benchmarks
@@ -143,7 +155,7 @@ template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t try_run_fwd_sm90_ws(const FwdParams& params, cudaStream_t stream, bool& launched) {
   launched = false;
   if constexpr (FwdWsTile<kHeadDim>::kAvailable) {
-    using Cfg = typename FwdWsTile<kHeadDim>::type;
+    using Cfg = FwdWsConfigFor<kHeadDim, kScoreExtras>;
     FwdTensorMaps maps;
     if (!warp_specialized_fwd_chosen<kHeadDim>(params)) return cudaSuccess;
     if (!make_fwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
@@ -160,7 +172,7 @@ cudaError_t can_run_fwd_sm90(int device, bool& usable) {
   if constexpr (FwdSm90Tile<kHeadDim>::kAvailable)
     return can_run_sm90(fwd_kernel_sm90<T, typename FwdSm90Tile<kHeadDim>::type, kScoreExtras>, device, usable);
   else
-    return can_run_sm90(fwd_kernel_sm90_ws<T, typename FwdWsTile<kHeadDim>::type, kScoreExtras>, device, usable);
+    return can_run_sm90(fwd_kernel_sm90_ws<T, FwdWsConfigFor<kHeadDim, kScoreExtras>, kScoreExtras>, device, usable);
 }
 
 // Launches a wgmma forward kernel when possible; `launched` says whether it did.
