@@ -99,6 +99,15 @@ struct FwdWsTile<256> {
   static bool preferred(const FwdParams&) { return true; }
 };
 
+// hd 32 and 96: TMA boxes and the 128-byte swizzle move whole 64-column blocks, so these run the
+// hd 64 and hd 128 kernels (the same choice between kernels too): TMA fills the columns past the
+// tensor's head dim with zeros, which add nothing to S, and the epilogue stores only the head
+// dim's columns. At hd 96 a quarter of the MMA work is on those zeros, at hd 32 half.
+template <>
+struct FwdWsTile<32> : FwdWsTile<64> {};
+template <>
+struct FwdWsTile<96> : FwdWsTile<128> {};
+
 // The warp-specialized configuration of the plain (kScoreExtras false) or score-extras kernel.
 template <int kHeadDim, bool kScoreExtras>
 using FwdWsConfigFor =
