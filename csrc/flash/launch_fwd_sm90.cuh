@@ -99,12 +99,13 @@ struct FwdWsTile<256> {
   static bool preferred(const FwdParams&) { return true; }
 };
 
-// hd 32 and 96: TMA boxes and the 128-byte swizzle move whole 64-column blocks, so these run the
-// hd 64 and hd 128 kernels (the same choice between kernels too): TMA fills the columns past the
-// tensor's head dim with zeros, which add nothing to S, and the epilogue stores only the head
-// dim's columns. At hd 96 a quarter of the MMA work is on those zeros, at hd 32 half.
-template <>
-struct FwdWsTile<32> : FwdWsTile<64> {};
+// hd 96: TMA boxes and the 128-byte swizzle move whole 64-column blocks, so it runs the hd 128
+// kernel: TMA fills the columns past the tensor's head dim with zeros, which add nothing to S, and
+// the epilogue stores only the head dim's columns. A quarter of its MMA work is on those zeros,
+// and it still takes 0.65-0.72 of the sm80 kernel's time (H100, 512 to 8k, causal and not;
+// benchmarks/results/nvidia-h100_2026-11-24_v18/narrow_head_dims.md). hd 32 on the hd 64 kernel
+// (half the MMA work on zeros) measured 3-4% faster from 2k non-causal but 6-8% slower at 512 and
+// 2k causal: it keeps the sm80 kernel.
 template <>
 struct FwdWsTile<96> : FwdWsTile<128> {};
 
