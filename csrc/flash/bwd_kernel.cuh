@@ -8,6 +8,9 @@
 //      fixed order of key blocks when deterministic (dq_order.cuh)
 // Each phase has its own warp layout, so every head dim gets a register-sized warp tile.
 // With two stages, the next query block's Q, dO, lse and dsum load during the current one.
+// On CDNA (launch_bwd_cdna.cuh) the copies are synchronous, and the products whose operands are
+// not stored k-contiguous (dO and Q in phase 2, dS^T and K in phase 3) read them with 2-byte LDS
+// reads (arch/cdna_gemm.cuh).
 #pragma once
 
 #include "arch/arch.cuh"
@@ -32,7 +35,7 @@ struct WarpGrid {
   static constexpr int kMT = kWarpRows / arch::kAtomM;
   static constexpr int kNT = kWarpCols / arch::kAtomN;
   static_assert(kWarps % kWarpsAlongRows == 0, "warps split evenly");
-  static_assert(kWarpRows % arch::kAtomM == 0 && kWarpCols % (2 * arch::kAtomN) == 0, "whole atoms per warp");
+  static_assert(kWarpRows % arch::kAtomM == 0 && kWarpCols % arch::kWarpTileColStep == 0, "whole atoms per warp");
 
   __device__ __forceinline__ static int row0(int warp) { return (warp % kWarpsAlongRows) * kWarpRows; }
   __device__ __forceinline__ static int col0(int warp) { return (warp / kWarpsAlongRows) * kWarpCols; }
@@ -103,8 +106,8 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
   using Grid = typename Cfg::ScoreGrid;
   constexpr int kMT = Grid::kMT, kNT = Grid::kNT, kKSteps = Cfg::kHeadDim / arch::kAtomK;
   const int key0 = Grid::row0(warp), query0 = Grid::col0(warp);
-  float scores_t[kMT][kNT][4];  // S^T: (16*kMT keys x 8*kNT queries)
-  float dprobs_t[kMT][kNT][4];  // dP^T
+  float scores_t[kMT][kNT][arch::kAccRegs];  // S^T: (kAtomM*kMT keys x kAtomN*kNT queries)
+  float dprobs_t[kMT][kNT][arch::kAccRegs];  // dP^T
   arch::zero_accumulators(scores_t);
   arch::zero_accumulators(dprobs_t);
   arch::warp_gemm_ss<kMT, kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
@@ -116,8 +119,8 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
   probs_from_logits(scores_t, stage.lse, query0, p.fwd, lane);
   BwdDropTests<kMT, kNT> drop_tests;
   if (dropout.enabled) drop_tests = drop_tests_bwd<kMT, kNT>(dropout, n0 + key0, m0 + query0, lane);
-  const DscoreContext<kMT, kNT> ctx{mod, dropout.enabled ? &drop_tests : nullptr, dropout.keep_scale, n0 + key0, m0};
-  dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, query0, p.fwd, ctx, lane);
+  dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, query0, p.fwd, mod, dropout, drop_tests, n0 + key0,
+                      m0, lane);
   if (dropout.enabled) drop_accumulators(scores_t, drop_tests);  // 1 / keep_prob: on dV, at the end
   arch::store_accumulators<kMT, kNT, T>(sPt, Cfg::kScoreStride, key0, query0, scores_t, lane);
   arch::store_accumulators<kMT, kNT, T>(sdSt, Cfg::kScoreStride, key0, query0, dprobs_t, lane);
@@ -131,7 +134,7 @@ __device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const 
   using Grid = typename Cfg::DqGrid;
   constexpr int kMT = Grid::kMT, kNT = Grid::kNT;
   const int query0 = Grid::row0(warp), dim0 = Grid::col0(warp);
-  float dq[kMT][kNT][4];
+  float dq[kMT][kNT][arch::kAccRegs];  // (kAtomM*kMT queries x kAtomN*kNT head dims)
   arch::zero_accumulators(dq);
   arch::warp_gemm_ss<kMT, kNT, Cfg::kBlockN / arch::kAtomK, arch::Layout::kColMajorKM, arch::BLayout::kKN>(
       dq, sdSt, Cfg::kScoreStride, query0, sK, Cfg::kStride, dim0, lane);
@@ -165,8 +168,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
   load_query_stage_async(QueryStage<T, Cfg>::at(stage_base), p, kb, kb.m_start * kBlockM, tid);
   arch::cp_async_commit();
 
-  float dk_acc[KVGrid::kMT][KVGrid::kNT][4];  // this warp's (keys x head dim) tile of dK
-  float dv_acc[KVGrid::kMT][KVGrid::kNT][4];
+  float dk_acc[KVGrid::kMT][KVGrid::kNT][arch::kAccRegs];  // this warp's (keys x head dim) tile of dK
+  float dv_acc[KVGrid::kMT][KVGrid::kNT][arch::kAccRegs];
   arch::zero_accumulators(dk_acc);
   arch::zero_accumulators(dv_acc);
   const int kv_key0 = KVGrid::row0(warp), kv_dim0 = KVGrid::col0(warp);
