@@ -282,3 +282,21 @@ def test_cdna_layer_compiles_for_gfx90a(tmp_path):
     (tmp_path / "remarks.txt").write_text(remarks)
     isa = tmp_path / "probe_attention_block-hip-amdgcn-amd-amdhsa-gfx90a.s"
     assert check_isa.main(["--target", "gfx90a", "--isa", str(isa), "--remarks", str(tmp_path / "remarks.txt")]) == 0
+
+
+def test_rocm_instantiations_include_the_cdna_launchers(tmp_path):
+    """generate_instantiations.py --target rocm: the forward and backward files include the CDNA launchers
+    (which define run_fwd / run_bwd for a ROCm build); the CUDA files are as before."""
+    spec = importlib.util.spec_from_file_location("generate_instantiations",
+                                                  os.path.join(ROOT, "csrc", "generate_instantiations.py"))
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    includes = {}
+    for target in ("cuda", "rocm"):
+        for path in generator.generate(str(tmp_path / target), ("fp16",), (64,), target):
+            with open(path, encoding="utf-8") as f:
+                includes[target, os.path.basename(path)] = re.search(r'#include "flash/(\w+)\.cuh"', f.read()).group(1)
+    assert includes["cuda", "fwd_fp16_hd64.cu"] == "launch_fwd" and includes["cuda", "bwd_fp16_hd64.cu"] == "launch_bwd"
+    assert includes["rocm", "fwd_fp16_hd64.cu"] == "launch_fwd_cdna"
+    assert includes["rocm", "bwd_fp16_hd64.cu"] == "launch_bwd_cdna"
+    assert includes["rocm", "fwd_kvcache_fp16_hd64.cu"] == "launch_kvcache"  # no CDNA split-KV launcher yet

@@ -1,14 +1,17 @@
 // Backward launch on CDNA (MI200 gfx90a, MI300 gfx942): the sm80-family kernels (the preprocess,
 // bwd_kernel.cuh, dq_accum.cuh's convert) compiled against the CDNA arch layer, with tiles that fit
 // the 64 KiB of LDS of a workgroup. Compiled for gfx90a and gfx942 by CI (hip/ci_check.sh, every
-// tile below); not yet called by the op layer (a ROCm build of the extension is still to come,
-// issue #11) and not yet run on AMD hardware.
+// tile below). A ROCm build's generated instantiations include this file for run_bwd
+// (generate_instantiations.py --target rocm); not yet run on AMD hardware.
 #pragma once
+
+#include <type_traits>
 
 #include "bwd_kernel.cuh"
 #include "bwd_preprocess_kernel.cuh"
 #include "dq_accum.cuh"
 #include "features.h"
+#include "launch_api.h"
 #include "launch_attributes.h"
 
 namespace flash {
@@ -28,7 +31,7 @@ namespace flash {
 // dims) is only two atoms, so with the LDS allowing one workgroup per CU, 2 of a CU's 4 SIMDs idle.
 // None of this is measured (no AMD GPU).
 template <int kHeadDim>
-struct BwdTileCdna;
+struct BwdTileCdna {};  // no tile: run_bwd reports the head dim as not supported
 template <> struct BwdTileCdna<32> { using type = BwdConfig<32, 64, 64, 2, 2, 2, 2>; };
 template <> struct BwdTileCdna<64> { using type = BwdConfig<64, 64, 64, 4, 2, 2, 2>; };
 
@@ -60,6 +63,22 @@ cudaError_t run_bwd_cdna(const BwdParams& params, cudaStream_t stream) {
   }
   if (err == cudaSuccess) err = run_convert_dq<T, kHeadDim>(params, stream);
   return err;
+}
+
+template <int kHeadDim, typename = void>
+struct HasBwdTileCdna : std::false_type {};
+template <int kHeadDim>
+struct HasBwdTileCdna<kHeadDim, std::void_t<typename BwdTileCdna<kHeadDim>::type>> : std::true_type {};
+
+// launch_api.h's entry point in a ROCm build: cudaErrorNotSupported (hipErrorNotSupported) for a
+// head dim without a CDNA tile, so a build of every head dim links and the op layer reports it.
+template <typename T, int kHeadDim>
+cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
+  if constexpr (HasBwdTileCdna<kHeadDim>::value) {
+    return run_bwd_cdna<T, kHeadDim>(params, stream);
+  } else {
+    return cudaErrorNotSupported;
+  }
 }
 
 }  // namespace flash
