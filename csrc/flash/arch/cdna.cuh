@@ -2,8 +2,8 @@
 // arch.cuh under __HIP_PLATFORM_AMD__. The MFMA atoms, operand loads and wave GEMMs are in
 // cdna_mfma.cuh; the kernels' warp-GEMM interface (sm80_gemm.cuh's names, computed transposed) in
 // cdna_gemm.cuh; the lane -> element maps in cdna_layout.h (plain C++, host-tested). Status: the
-// probe, the sm80-family forward (fwd_kernel.cuh) and backward (bwd_kernel.cuh, hd 32 and 64)
-// compile for gfx90a and gfx942 with matrix-core instructions (hip/ci_check.sh); not yet run on
+// probe, the sm80-family forward (fwd_kernel.cuh) and backward (bwd_kernel.cuh: hd 32 and 64, and
+// hd 96 and 128 without the score extras) compile for gfx90a and gfx942 with matrix-core instructions (hip/ci_check.sh); not yet run on
 // AMD hardware.
 //
 // What differs from sm80.cuh and sm80_gemm.cuh, name by name (the sm90 files' wgmma, TMA and
@@ -51,7 +51,8 @@
 // compiles against cdna_gemm.cuh: items 1-3, V in 4, its loops in 5, the forward's dropout in 6,
 // launch_fwd_cdna.cuh's tiles in 7, synchronous copies in 8) and for bwd_kernel (bwd_fragments.cuh
 // loops over row slots in 2 and 5, 2-byte reads for Q, dO, K and dS^T in 4, the backward's dropout
-// in 6, launch_bwd_cdna.cuh's tiles for hd 32 and 64 in 7); splitkv_kernel still uses the mma.sync
+// in 6, launch_bwd_cdna.cuh's tiles in 7, with V and P^T in registers at hd 96 and 128 for the
+// LDS budget: bwd_register_operands.cuh); splitkv_kernel still uses the mma.sync
 // m16n8k16 C layout directly:
 //   1. Fragment shape. Accumulators are `float[MT][NT][4]` of 16x8 atoms (softmax.cuh,
 //      fragment_scores.cuh, bwd_fragments.cuh, dropout.cuh, splitkv_kernel.cuh, the kernels).

@@ -104,6 +104,12 @@ __device__ __forceinline__ Operand<T> load_b_columns(const T* tile, int stride, 
   return load_a_operand_k_major<FragmentAtom>(tile, stride, n0, k0, lane);
 }
 
+// One register A operand (sm80_gemm.cuh's name): rows m0.. of A at k-step k0, from LDS.
+template <Layout kLayout, typename T>
+__device__ __forceinline__ void load_a_fragment(Operand<T>& a, const T* tile, int stride, int m0, int k0, int lane) {
+  a = load_a_rows<kLayout>(tile, stride, m0, k0, lane);
+}
+
 // c (kAtomM*MT x kAtomN*NT) += A[m0.., 0..kAtomK*KS) . B[0..kAtomK*KS, n0..), both from LDS in
 // any storage form (the k-contiguous ones, A "mk" and B "nk", read fastest).
 template <int MT, int NT, int KS, Layout kALayout, BLayout kBLayout, typename T>
