@@ -3,14 +3,15 @@
 # compile the CDNA probe (hip/probe_attention_block.hip), the sm80-family forward
 # (hip/fwd_kernels_cdna.hip: fwd_kernel.cuh for fp16 / bf16, head dims 32 to 192, plain and
 # score-extras), the sm80-family backward (hip/bwd_kernels_cdna.hip: bwd_kernel.cuh with its
-# preprocess and dQ convert, fp16 / bf16, head dims 32 and 64, plain and score-extras) and the arch
-# layer's compile-only coverage (tests/hip/cdna_api_compile.hip) against that tree for
+# preprocess and dQ convert, fp16 / bf16, head dims 32 to 128, plain and, at 32 and 64,
+# score-extras) and the arch layer's compile-only coverage (tests/hip/cdna_api_compile.hip) against
+# that tree for
 #   gfx90a (MI200) with Debian's hipcc (ROCm 5.2, clang 15), and
 #   gfx942 (MI300) with clang-19, which knows gfx942, on the same ROCm 5.2 headers and device
 #   libraries plus an oclc_isa_version_942.bc that Debian lacks,
 # then check the ISA and resource report of every probe, forward and backward kernel
-# (hip/check_isa.py). Run
-# from .ci/run with the venv active (hipify is torch's); PYTHON overrides the interpreter.
+# (hip/check_isa.py). Run from .ci/run with the venv active (hipify is torch's); PYTHON overrides
+# the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
