@@ -216,18 +216,19 @@ def extension_kwargs(target, root):
     device_flags = cuda_device_flags(defines) if target == "cuda" else rocm_device_flags(defines)
     return {
         "name": "flash_attn._C",
-        "sources": _sources(root),
+        "sources": _sources(root, target),
         "include_dirs": [os.path.join(root, "csrc")],
         "extra_compile_args": {"cxx": ["-O3", *defines], "nvcc": device_flags},
     }
 
 
-def _sources(root):
+def _sources(root, target):
     dtypes = generate_instantiations.parse_selection(_env("FLASH_ATTN_DTYPES"), generate_instantiations.ALL_DTYPES,
                                                      "FLASH_ATTN_DTYPES")
     hdims = generate_instantiations.parse_selection(_env("FLASH_ATTN_HDIMS"), generate_instantiations.ALL_HEADDIMS,
                                                     "FLASH_ATTN_HDIMS", int)
-    kernel_sources = generate_instantiations.generate(os.path.join(root, "csrc", "instantiations"), dtypes, hdims)
+    kernel_sources = generate_instantiations.generate(os.path.join(root, "csrc", "instantiations"), dtypes, hdims,
+                                                      target)
     return [os.path.relpath(p, root) for p in kernel_sources] + list(SHARED_KERNEL_SOURCES) + list(TORCH_SOURCES)
 
 

@@ -1,7 +1,7 @@
 """The AMD side on a CPU machine: the CDNA lane maps (csrc/flash/arch/cdna_layout.h) compiled with g++
 against AMD.md's layouts, the hipify step (hip/hipify_sources.py) and the ISA checker
-(hip/check_isa.py). Compiling the probe kernel and the forward for gfx90a / gfx942 is CI's
-hip/ci_check.sh."""
+(hip/check_isa.py). Compiling the probe kernel, the forward and the backward for gfx90a / gfx942 is
+CI's hip/ci_check.sh."""
 
 import hashlib
 import importlib.util
@@ -195,7 +195,7 @@ def test_isa_check_adds_the_forwards_dynamic_lds():
     LDS-limited occupancy (whole workgroups of 64 KiB per CU over 4 SIMDs); a tile without one fails."""
     isa = "fwd_lds_64_128_128_4:\n\t.long\t54272                           ; 0xd400\n\t.size\tfwd_lds_64_128_128_4, 4\n"
     dynamic = check_isa.dynamic_lds(isa)
-    assert dynamic == {(64, 128, 128, 4): 54272}
+    assert dynamic == {"fwd_lds_64_128_128_4": 54272}
     assert check_isa.lds_bytes(_FWD_FP16, {"lds": 0}, dynamic) == 54272
     assert check_isa.lds_bytes(_FWD_BF16, {"lds": 0}, dynamic) is None
     assert check_isa.lds_occupancy(_FWD_FP16, 54272) == 1
@@ -204,6 +204,45 @@ def test_isa_check_adds_the_forwards_dynamic_lds():
     body = ["ds_read_b64", "v_mfma_f32_32x32x8f16"]
     assert check_isa.check_kernel(_FWD_FP16, "gfx90a", body, resources, 54272) == []
     assert "LDS 70000" in " ".join(check_isa.check_kernel(_FWD_FP16, "gfx90a", body, resources, 70000))
+
+
+_BWD_FP16 = "_ZN5flash10bwd_kernelI6__halfNS_9BwdConfigILi64ELi64ELi64ELi4ELi2ELi2ELi2EEELb0EEEvNS_9BwdParamsEi"
+_BWD_BF16 = "_ZN5flash10bwd_kernelI14__hip_bfloat16NS_9BwdConfigILi32ELi64ELi64ELi2ELi2ELi2ELi2EEELb1EEEvNS_9BwdParamsEi"
+_BWD_VP = "_ZN5flash10bwd_kernelI6__halfNS_22BwdConfigVPInRegistersILi128ELi64ELi64ELi2ELi2EEELb0EEEvNS_9BwdParamsEi"
+_PREPROCESS = "_ZN5flash21bwd_preprocess_kernelI6__halfLi64EEEvNS_9BwdParamsE"
+_CONVERT_DQ = "_ZN5flash17convert_dq_kernelI12hip_bfloat16Li32EEEvNS_9BwdParamsE"
+
+
+@pytest.mark.parametrize("target,kernel,mnemonic,label,waves", [
+    ("gfx90a", _BWD_FP16, "v_mfma_f32_32x32x8f16", "bwd_fp16_hd64_m64n64w4", 4),
+    ("gfx942", _BWD_BF16, "v_mfma_f32_32x32x8_bf16", "bwd_bf16_hd32_m64n64w2_extras", 2),
+    ("gfx90a", _BWD_VP, "v_mfma_f32_32x32x8f16", "bwd_fp16_hd128_m64n64w2_vp", 2),
+    ("gfx90a", _PREPROCESS, None, "bwd_preprocess_fp16_hd64", 8),
+    ("gfx942", _CONVERT_DQ, None, "convert_dq_bf16_hd32", 4),
+])
+def test_isa_check_knows_the_backward_kernels(target, kernel, mnemonic, label, waves):
+    """bwd_kernel<T, BwdConfig<hd, m, n, waves, 3 warp grids> or BwdConfigVPInRegisters<hd, m, n, waves, dQ grid>,
+    extras> on the 32x32x8 atom, its dynamic LDS
+    from the bwd_lds_<hd>_<m>_<n>_<waves> constant; the preprocess and dQ convert have no MFMA and no
+    dynamic LDS."""
+    spec = check_isa.kernel_spec(kernel)
+    assert check_isa.expected_mfma(kernel, target) == mnemonic
+    assert spec["label"] == label and spec["waves"] == waves
+    dynamic = {"bwd_lds_64_64_64_4": 55808, "bwd_lds_32_64_64_2": 39424, "bwd_lds_128_64_64_2": 61952}
+    expected_lds = {"bwd_fp16_hd64_m64n64w4": 55808, "bwd_bf16_hd32_m64n64w2_extras": 39424,
+                    "bwd_fp16_hd128_m64n64w2_vp": 61952}.get(label, 0)
+    assert check_isa.lds_bytes(kernel, {"lds": 0}, dynamic) == expected_lds
+
+
+def test_isa_check_wants_no_mfma_in_the_backward_helpers():
+    """The preprocess and the dQ convert pass without MFMA or 8-byte LDS reads, and fail with an MFMA."""
+    resources = dict(scratch=0, sgpr_spill=0, vgpr_spill=0, lds=0)
+    assert check_isa.check_kernel(_PREPROCESS, "gfx90a", ["global_load_dwordx4"], resources) == []
+    failures = check_isa.check_kernel(_CONVERT_DQ, "gfx90a", ["v_mfma_f32_32x32x8f16"], resources)
+    assert "unexpected MFMA" in " ".join(failures)
+    body = ["ds_read_b64", "v_mfma_f32_32x32x8f16"]
+    assert check_isa.check_kernel(_BWD_FP16, "gfx90a", body, resources, 55808) == []
+    assert "no 8-byte LDS reads" in " ".join(check_isa.check_kernel(_BWD_FP16, "gfx90a", body[1:], resources))
 
 
 def test_isa_check_reports_sgpr_spills_without_failing():
@@ -247,3 +286,21 @@ def test_cdna_layer_compiles_for_gfx90a(tmp_path):
     (tmp_path / "remarks.txt").write_text(remarks)
     isa = tmp_path / "probe_attention_block-hip-amdgcn-amd-amdhsa-gfx90a.s"
     assert check_isa.main(["--target", "gfx90a", "--isa", str(isa), "--remarks", str(tmp_path / "remarks.txt")]) == 0
+
+
+def test_rocm_instantiations_include_the_cdna_launchers(tmp_path):
+    """generate_instantiations.py --target rocm: the forward and backward files include the CDNA launchers
+    (which define run_fwd / run_bwd for a ROCm build); the CUDA files are as before."""
+    spec = importlib.util.spec_from_file_location("generate_instantiations",
+                                                  os.path.join(ROOT, "csrc", "generate_instantiations.py"))
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    includes = {}
+    for target in ("cuda", "rocm"):
+        for path in generator.generate(str(tmp_path / target), ("fp16",), (64,), target):
+            with open(path, encoding="utf-8") as f:
+                includes[target, os.path.basename(path)] = re.search(r'#include "flash/(\w+)\.cuh"', f.read()).group(1)
+    assert includes["cuda", "fwd_fp16_hd64.cu"] == "launch_fwd" and includes["cuda", "bwd_fp16_hd64.cu"] == "launch_bwd"
+    assert includes["rocm", "fwd_fp16_hd64.cu"] == "launch_fwd_cdna"
+    assert includes["rocm", "bwd_fp16_hd64.cu"] == "launch_bwd_cdna"
+    assert includes["rocm", "fwd_kvcache_fp16_hd64.cu"] == "launch_kvcache"  # no CDNA split-KV launcher yet

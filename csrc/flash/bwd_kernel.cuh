@@ -8,11 +8,16 @@
 //      fixed order of key blocks when deterministic (dq_order.cuh)
 // Each phase has its own warp layout, so every head dim gets a register-sized warp tile.
 // With two stages, the next query block's Q, dO, lse and dsum load during the current one.
+// On CDNA (launch_bwd_cdna.cuh) the copies are synchronous, and the products whose operands are
+// not stored k-contiguous (dO and Q in phase 2, dS^T and K in phase 3) read them with 2-byte LDS
+// reads (arch/cdna_gemm.cuh). Where 64 KiB of LDS cannot hold V and P^T as well, the CDNA tiles
+// keep them in registers (BwdConfigVPInRegisters: the A operands of dP^T and dV).
 #pragma once
 
 #include "arch/arch.cuh"
 #include "bwd_fragments.cuh"
 #include "bwd_key_block.cuh"
+#include "bwd_register_operands.cuh"
 #include "common.cuh"
 #include "dropout.cuh"
 #include "fragment_scores.cuh"
@@ -32,7 +37,7 @@ struct WarpGrid {
   static constexpr int kMT = kWarpRows / arch::kAtomM;
   static constexpr int kNT = kWarpCols / arch::kAtomN;
   static_assert(kWarps % kWarpsAlongRows == 0, "warps split evenly");
-  static_assert(kWarpRows % arch::kAtomM == 0 && kWarpCols % (2 * arch::kAtomN) == 0, "whole atoms per warp");
+  static_assert(kWarpRows % arch::kAtomM == 0 && kWarpCols % arch::kWarpTileColStep == 0, "whole atoms per warp");
 
   __device__ __forceinline__ static int row0(int warp) { return (warp % kWarpsAlongRows) * kWarpRows; }
   __device__ __forceinline__ static int col0(int warp) { return (warp / kWarpsAlongRows) * kWarpCols; }
@@ -56,9 +61,34 @@ struct BwdConfig {
   static constexpr int kScoreBytes = kBlockN * kScoreStride * 2;
   static constexpr int kStageBytes = 2 * kBlockM * kStride * 2 + 2 * kBlockM * 4;
   static constexpr int smem_bytes(int stages) { return 2 * kKVBytes + 2 * kScoreBytes + stages * kStageBytes; }
+  // V and P^T in shared memory, elements of each (BwdConfigVPInRegisters keeps them in registers).
+  static constexpr bool kVInRegisters = false;
+  static constexpr bool kPtInRegisters = false;
+  static constexpr int kVElements = kBlockN * kStride;
+  static constexpr int kPtElements = kBlockN * kScoreStride;
   static_assert(kBlockM >= kMinBwdBlockM, "the deterministic counters are sized for kMinBwdBlockM");
   static_assert(kHeadDim % arch::kAtomK == 0 && kBlockM % arch::kAtomK == 0 && kBlockN % arch::kAtomK == 0,
                 "whole k-steps");
+};
+
+// A BwdConfig that keeps V and P^T in registers (bwd_register_operands.cuh), for a shared memory
+// that cannot hold them next to K, dS^T and Q / dO (CDNA). Every warp owns kBlockN / kWarps keys with
+// all kBlockM queries in the score phase and the same keys in the dK / dV phase, so its P^T
+// accumulators are the A operand of its dV rows. Shared memory: K, dS^T, then the stages; V passes
+// through the first stage's place on its way into registers, and dV leaves through the place after
+// K at the end.
+template <int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kDqWarpsAlongQueries>
+struct BwdConfigVPInRegisters : BwdConfig<kHeadDim, kBlockM, kBlockN, kWarps, kWarps, kWarps, kDqWarpsAlongQueries> {
+  using Base = BwdConfig<kHeadDim, kBlockM, kBlockN, kWarps, kWarps, kWarps, kDqWarpsAlongQueries>;
+  static constexpr bool kVInRegisters = true;
+  static constexpr bool kPtInRegisters = true;
+  static constexpr int kVElements = 0;
+  static constexpr int kPtElements = 0;
+  static constexpr int smem_bytes(int stages) {
+    return Base::kKVBytes + Base::kScoreBytes + stages * Base::kStageBytes;
+  }
+  static_assert(Base::kStageBytes >= Base::kKVBytes, "V passes through a stage's place");
+  static_assert(Base::kScoreBytes + Base::kStageBytes >= Base::kKVBytes, "dV leaves through the place after K");
 };
 
 // One stage of per-query-block inputs in shared memory.
@@ -92,10 +122,26 @@ __device__ __forceinline__ void load_query_stage_async(const QueryStage<T, Cfg>&
   load_vector_async<Cfg::kBlockM, Cfg::kThreads>(stage.dsum, p.dsum + vector_offset, rows, tid);
 }
 
+// V, when the config keeps it in registers: through the first stage's place in shared memory (free
+// until the first query block loads), into this warp's score-phase rows.
+template <typename T, typename Cfg, typename KeyBlock>
+__device__ __forceinline__ void load_v_operands(VOperands<T, Cfg>& v_ops, unsigned char* stage_base,
+                                                const BwdParams& p, const KeyBlock& kb, int warp, int lane, int tid) {
+  T* staging = reinterpret_cast<T*>(stage_base);
+  load_tile_async<Cfg::kBlockN, Cfg::kHeadDim, Cfg::kThreads>(staging, kb.template key_rows<T>(p.fwd.v, kb.head_k),
+                                                              p.fwd.v.row_stride, kb.rows_k, p.fwd.shape.headdim, tid);
+  arch::cp_async_commit();
+  arch::cp_async_wait<0>();
+  __syncthreads();
+  v_ops.load(staging, Cfg::ScoreGrid::row0(warp), lane);
+  __syncthreads();  // every warp holds its V before the first stage overwrites it
+}
+
 // Phase 1: this warp's tile of P^T (dropped entries zeroed) and dS^T (keys x queries), written to
-// shared memory as T.
+// shared memory as T (P^T into pt_ops instead when the config keeps it in registers).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const T* sK, const T* sV,
+                                                          const VOperands<T, Cfg>& v_ops, PtOperands<T, Cfg>& pt_ops,
                                                           const QueryStage<T, Cfg>& stage, const BwdParams& p,
                                                           const AttentionMask& mask, const ScoreMod& mod,
                                                           const Dropout& dropout, bool needs_mask, int m0, int n0,
@@ -103,23 +149,32 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
   using Grid = typename Cfg::ScoreGrid;
   constexpr int kMT = Grid::kMT, kNT = Grid::kNT, kKSteps = Cfg::kHeadDim / arch::kAtomK;
   const int key0 = Grid::row0(warp), query0 = Grid::col0(warp);
-  float scores_t[kMT][kNT][4];  // S^T: (16*kMT keys x 8*kNT queries)
-  float dprobs_t[kMT][kNT][4];  // dP^T
+  float scores_t[kMT][kNT][arch::kAccRegs];  // S^T: (kAtomM*kMT keys x kAtomN*kNT queries)
+  float dprobs_t[kMT][kNT][arch::kAccRegs];  // dP^T
   arch::zero_accumulators(scores_t);
   arch::zero_accumulators(dprobs_t);
   arch::warp_gemm_ss<kMT, kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
       scores_t, sK, Cfg::kStride, key0, stage.q, Cfg::kStride, query0, lane);
-  arch::warp_gemm_ss<kMT, kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
-      dprobs_t, sV, Cfg::kStride, key0, stage.dout, Cfg::kStride, query0, lane);
+  if constexpr (Cfg::kVInRegisters) {
+    arch::warp_gemm_rs<kMT, kNT, kKSteps, arch::BLayout::kNK>(dprobs_t, v_ops.a, stage.dout, Cfg::kStride, query0,
+                                                              lane);
+  } else {
+    arch::warp_gemm_ss<kMT, kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
+        dprobs_t, sV, Cfg::kStride, key0, stage.dout, Cfg::kStride, query0, lane);
+  }
 
   scores_to_logits</*kRowsAreKeys=*/true>(scores_t, mask, mod, needs_mask, n0 + key0, m0 + query0, lane);
   probs_from_logits(scores_t, stage.lse, query0, p.fwd, lane);
   BwdDropTests<kMT, kNT> drop_tests;
   if (dropout.enabled) drop_tests = drop_tests_bwd<kMT, kNT>(dropout, n0 + key0, m0 + query0, lane);
-  const DscoreContext<kMT, kNT> ctx{mod, dropout.enabled ? &drop_tests : nullptr, dropout.keep_scale, n0 + key0, m0};
-  dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, query0, p.fwd, ctx, lane);
+  dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, query0, p.fwd, mod, dropout, drop_tests, n0 + key0,
+                      m0, lane);
   if (dropout.enabled) drop_accumulators(scores_t, drop_tests);  // 1 / keep_prob: on dV, at the end
-  arch::store_accumulators<kMT, kNT, T>(sPt, Cfg::kScoreStride, key0, query0, scores_t, lane);
+  if constexpr (Cfg::kPtInRegisters) {
+    arch::accumulators_to_a_fragments<T>(pt_ops.a, scores_t);
+  } else {
+    arch::store_accumulators<kMT, kNT, T>(sPt, Cfg::kScoreStride, key0, query0, scores_t, lane);
+  }
   arch::store_accumulators<kMT, kNT, T>(sdSt, Cfg::kScoreStride, key0, query0, dprobs_t, lane);
 }
 
@@ -131,7 +186,7 @@ __device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const 
   using Grid = typename Cfg::DqGrid;
   constexpr int kMT = Grid::kMT, kNT = Grid::kNT;
   const int query0 = Grid::row0(warp), dim0 = Grid::col0(warp);
-  float dq[kMT][kNT][4];
+  float dq[kMT][kNT][arch::kAccRegs];  // (kAtomM*kMT queries x kAtomN*kNT head dims)
   arch::zero_accumulators(dq);
   arch::warp_gemm_ss<kMT, kNT, Cfg::kBlockN / arch::kAtomK, arch::Layout::kColMajorKM, arch::BLayout::kKN>(
       dq, sdSt, Cfg::kScoreStride, query0, sK, Cfg::kStride, dim0, lane);
@@ -145,9 +200,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   extern __shared__ __align__(16) unsigned char smem[];
   T* sK = reinterpret_cast<T*>(smem);                    // (kBlockN, kStride); holds dK at the end
-  T* sV = sK + kBlockN * Cfg::kStride;                   // (kBlockN, kStride); holds dV at the end
-  T* sPt = sV + kBlockN * Cfg::kStride;                  // (kBlockN, kScoreStride)
-  T* sdSt = sPt + kBlockN * Cfg::kScoreStride;           // (kBlockN, kScoreStride)
+  T* sV = sK + kBlockN * Cfg::kStride;                   // (kBlockN, kStride) unless in registers; dV at the end
+  T* sPt = sV + Cfg::kVElements;                         // (kBlockN, kScoreStride) unless in registers
+  T* sdSt = sPt + Cfg::kPtElements;                      // (kBlockN, kScoreStride)
   unsigned char* stage_base = reinterpret_cast<unsigned char*>(sdSt + kBlockN * Cfg::kScoreStride);
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
@@ -160,13 +215,18 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
 
   load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sK, kb.template key_rows<T>(p.fwd.k, kb.head_k),
                                                          p.fwd.k.row_stride, kb.rows_k, headdim, tid);
-  load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sV, kb.template key_rows<T>(p.fwd.v, kb.head_k),
-                                                         p.fwd.v.row_stride, kb.rows_k, headdim, tid);
+  VOperands<T, Cfg> v_ops;
+  if constexpr (Cfg::kVInRegisters) {
+    load_v_operands(v_ops, stage_base, p, kb, warp, lane, tid);
+  } else {
+    load_tile_async<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(sV, kb.template key_rows<T>(p.fwd.v, kb.head_k),
+                                                           p.fwd.v.row_stride, kb.rows_k, headdim, tid);
+  }
   load_query_stage_async(QueryStage<T, Cfg>::at(stage_base), p, kb, kb.m_start * kBlockM, tid);
   arch::cp_async_commit();
 
-  float dk_acc[KVGrid::kMT][KVGrid::kNT][4];  // this warp's (keys x head dim) tile of dK
-  float dv_acc[KVGrid::kMT][KVGrid::kNT][4];
+  float dk_acc[KVGrid::kMT][KVGrid::kNT][arch::kAccRegs];  // this warp's (keys x head dim) tile of dK
+  float dv_acc[KVGrid::kMT][KVGrid::kNT][arch::kAccRegs];
   arch::zero_accumulators(dk_acc);
   arch::zero_accumulators(dv_acc);
   const int kv_key0 = KVGrid::row0(warp), kv_dim0 = KVGrid::col0(warp);
@@ -187,12 +247,19 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
     }
 
     const bool needs_mask = !mask.block_fully_visible(m0, kBlockM, n0, kBlockN);
-    compute_probs_and_dscores<T, Cfg>(sPt, sdSt, sK, sV, stage, p, mask, mod, dropout, needs_mask, m0, n0, warp, lane);
+    PtOperands<T, Cfg> pt_ops;
+    compute_probs_and_dscores<T, Cfg>(sPt, sdSt, sK, sV, v_ops, pt_ops, stage, p, mask, mod, dropout, needs_mask, m0,
+                                      n0, warp, lane);
     __syncthreads();
 
     constexpr int kKSteps = kBlockM / arch::kAtomK;
-    arch::warp_gemm_ss<KVGrid::kMT, KVGrid::kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kKN>(
-        dv_acc, sPt, Cfg::kScoreStride, kv_key0, stage.dout, Cfg::kStride, kv_dim0, lane);
+    if constexpr (Cfg::kPtInRegisters) {
+      arch::warp_gemm_rs<KVGrid::kMT, KVGrid::kNT, kKSteps, arch::BLayout::kKN>(dv_acc, pt_ops.a, stage.dout,
+                                                                                Cfg::kStride, kv_dim0, lane);
+    } else {
+      arch::warp_gemm_ss<KVGrid::kMT, KVGrid::kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kKN>(
+          dv_acc, sPt, Cfg::kScoreStride, kv_key0, stage.dout, Cfg::kStride, kv_dim0, lane);
+    }
     arch::warp_gemm_ss<KVGrid::kMT, KVGrid::kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kKN>(
         dk_acc, sdSt, Cfg::kScoreStride, kv_key0, stage.q, Cfg::kStride, kv_dim0, lane);
     const auto turn = kb.template dq_turn</*kDeterministic=*/true>(p, m_block);  // deterministic: add after the earlier key blocks

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "arch/arch.cuh"
 #include "features.h"
@@ -180,8 +181,23 @@ struct DropTests {
 };
 template <int MT, int NT>
 using FwdDropTests = DropTests<MT, NT, false>;
+
+// The drop tests of a fragment on any other accumulator layout (CDNA): bit r of dropped[mt][nt] is
+// set iff element r of accumulator tile (mt, nt) is dropped, one register per atom.
 template <int MT, int NT>
-using BwdDropTests = DropTests<MT, NT, true>;
+struct MappedDropTests {
+  static_assert(arch::kAccRegs <= 32, "one bit per accumulator register");
+  uint32_t dropped[MT][NT];
+
+  // 0xffffffff if element r of accumulator tile (mt, nt) is dropped, else 0.
+  __device__ __forceinline__ uint32_t element_mask(int mt, int nt, int r) const {
+    return 0u - ((dropped[mt][nt] >> r) & 1u);
+  }
+};
+
+// The backward's (S^T: rows are keys) drop tests in the arch layer's accumulator layout.
+template <int MT, int NT>
+using BwdDropTests = std::conditional_t<arch::kAccLayoutIsM16N8, DropTests<MT, NT, true>, MappedDropTests<MT, NT>>;
 
 // Lanes L and L ^ 4 (`odd` = bit 2 of the lane) each drew the same call of two neighbouring tiles,
 // the even lane tile 0's and the odd lane tile 1's; words (a0, a1) of a call are the even lane's,
@@ -251,26 +267,21 @@ __device__ __forceinline__ FwdDropTests<MT, NT> drop_tests_fwd(const Dropout& d,
   return draw_drop_tests<MT, NT, false>(d, row0, col0, lane);
 }
 
-// Backward: the drop tests of a (16*MT keys x 8*NT queries) S^T fragment at (key0, query0).
-template <int MT, int NT>
-__device__ __forceinline__ BwdDropTests<MT, NT> drop_tests_bwd(const Dropout& d, int key0, int query0, int lane) {
-  return draw_drop_tests<MT, NT, true>(d, key0, query0, lane);
-}
-
 // value with its bits cleared where `dropped` is set (0 for a dropped fp32 element).
 __device__ __forceinline__ float clear_if(float value, uint32_t dropped) {
   return __uint_as_float(__float_as_uint(value) & ~dropped);
 }
 
-// In place: fp32 accumulators with the dropped elements zeroed.
-template <int MT, int NT, bool kRowsAreKeys>
-__device__ __forceinline__ void drop_accumulators(float (&acc)[MT][NT][4], const DropTests<MT, NT, kRowsAreKeys>& tests) {
+// In place: fp32 accumulators with the dropped elements zeroed (tests: DropTests or MappedDropTests
+// drawn for this fragment).
+template <typename Tests, int MT, int NT>
+__device__ __forceinline__ void drop_accumulators(float (&acc)[MT][NT][arch::kAccRegs], const Tests& tests) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) acc[mt][nt][r] = clear_if(acc[mt][nt][r], tests.element_mask(mt, nt, r));
+      for (int r = 0; r < arch::kAccRegs; ++r) acc[mt][nt][r] = clear_if(acc[mt][nt][r], tests.element_mask(mt, nt, r));
 }
 
 // In place: the dropped probabilities of P packed as MMA A operands (accumulators_to_a_fragments
@@ -357,6 +368,72 @@ __device__ __forceinline__ void drop_probs_fwd_mapped(float (&probs)[MT][NT][arc
         }
       }
     }
+}
+
+// Backward, on any other accumulator layout (CDNA): the drop tests of an S^T fragment (rows are keys,
+// columns queries) element by element through the definition, as drop_probs_fwd_mapped does with
+// the roles swapped. A lane's key j (its row) and queries i = lane part + register part need, per
+// atom, the calls 4 ((i % 8) / 2) + (j % 8) / 2 for the lane's query classes (i % 8) / 2 and the
+// query tiles i / 16 it reaches, drawn in lockstep; element (i, j) is byte 2 ((i % 16) / 8) +
+// (j % 16) / 8 of word 2 (i % 2) + j % 2, i % 2 being the register part's parity (the lane part is
+// even).
+template <int MT, int NT>
+__device__ __forceinline__ MappedDropTests<MT, NT> drop_tests_bwd_mapped(const Dropout& d, int key0, int query0,
+                                                                         int lane) {
+  constexpr int kClasses = dropout_column_classes(), kTiles = dropout_register_tiles();
+  static_assert(MT > 0 && arch::kAtomN % kDropoutTile == 0, "whole dropout tiles per atom");
+  const int lane_col = arch::acc_col_lane_part(lane);
+  MappedDropTests<MT, NT> out;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) out.dropped[mt][nt] = 0u;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < arch::kAccRows; ++h) {
+      const int key = key0 + mt * arch::kAtomM + arch::acc_row(lane, arch::acc_value(h, 0));
+      const int key_class = key % 8 / 2, byte_col = key % 16 / 8;
+      const uint32_t odd_key_mask = 0u - static_cast<uint32_t>(key % 2);  // words 1 and 3 of a call, else 0 and 2
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int first_tile = (query0 + nt * arch::kAtomN + lane_col) / kDropoutTile;
+        uint4 calls[kTiles * kClasses];
+#pragma unroll
+        for (int tile = 0; tile < kTiles; ++tile)
+#pragma unroll
+          for (int c = 0; c < kClasses; ++c)
+            calls[tile * kClasses + c] =
+                d.tile_counter(first_tile + tile, key / kDropoutTile, 4 * (lane_col % 8 / 2 + c) + key_class);
+        d.draw(calls);
+        // This key's words (i % 2 = 0, 1) of each call, blended with a mask (drop_probs_fwd_mapped
+        // says why).
+        uint32_t key_words[kTiles * kClasses][2];
+#pragma unroll
+        for (int k = 0; k < kTiles * kClasses; ++k) {
+          key_words[k][0] = (calls[k].x & ~odd_key_mask) | (calls[k].y & odd_key_mask);
+          key_words[k][1] = (calls[k].z & ~odd_key_mask) | (calls[k].w & odd_key_mask);
+        }
+#pragma unroll
+        for (int j = 0; j < arch::kAccValuesPerRow; ++j) {
+          const int r = arch::acc_value(h, j), part = arch::acc_col_register_part(r);
+          const uint32_t word = key_words[part / kDropoutTile * kClasses + part % 8 / 2][part % 2];
+          const int query_in_tile = lane_col % kDropoutTile + part % kDropoutTile;
+          if (!d.keeps(word, 2 * (query_in_tile / 8) + byte_col)) out.dropped[mt][nt] |= 1u << r;
+        }
+      }
+    }
+  return out;
+}
+
+// Backward: the drop tests of a (kAtomM*MT keys x kAtomN*NT queries) S^T fragment at (key0, query0).
+template <int MT, int NT>
+__device__ __forceinline__ BwdDropTests<MT, NT> drop_tests_bwd(const Dropout& d, int key0, int query0, int lane) {
+  if constexpr (arch::kAccLayoutIsM16N8) {
+    return draw_drop_tests<MT, NT, true>(d, key0, query0, lane);
+  } else {
+    return drop_tests_bwd_mapped<MT, NT>(d, key0, query0, lane);
+  }
 }
 
 // Forward: zeroes the dropped probabilities of a (kAtomM*MT queries x kAtomN*NT keys) fragment

@@ -1,12 +1,16 @@
 // Forward launch on CDNA (MI200 gfx90a, MI300 gfx942): the sm80-family kernel (fwd_kernel.cuh)
 // compiled against the CDNA arch layer, with tiles that fit the 64 KiB of LDS of a workgroup.
-// Compiled for gfx90a and gfx942 by CI (hip/ci_check.sh, every tile below); not yet called by the op layer (a ROCm
-// build of the extension is still to come, issue #11) and not yet run on AMD hardware.
+// Compiled for gfx90a and gfx942 by CI (hip/ci_check.sh, every tile below). A ROCm build's
+// generated instantiations include this file for run_fwd (generate_instantiations.py --target
+// rocm); not yet run on AMD hardware.
 #pragma once
+
+#include <type_traits>
 
 #include "features.h"
 #include "fwd_kernel.cuh"
 #include "fwd_query_block.cuh"
+#include "launch_api.h"
 
 namespace flash {
 
@@ -19,7 +23,7 @@ namespace flash {
 //   need the 16x16 atom). hd 256 has none: 64 queries and 32 keys already need 71168 B.
 // The LDS allows one workgroup per CU except at hd 32 (two). None of these is measured (no AMD GPU).
 template <int kHeadDim>
-struct FwdTileCdna;
+struct FwdTileCdna {};  // no tile: run_fwd reports the head dim as not supported
 template <> struct FwdTileCdna<32> { using type = FwdConfig<32, 128, 128, 4>; };
 template <> struct FwdTileCdna<64> { using type = FwdConfig<64, 128, 128, 4>; };
 template <> struct FwdTileCdna<96> { using type = FwdConfig<96, 128, 64, 4>; };
@@ -33,6 +37,23 @@ cudaError_t run_fwd_cdna(const FwdParams& params, cudaStream_t stream) {
   static_assert(arch::checked_lds_bytes<Cfg::kSmemBytes>() == Cfg::kSmemBytes, "LDS budget");
   if (needs_score_extras(params)) return launch_over_query_blocks<Cfg>(fwd_kernel<T, Cfg, true>, params, stream);
   return launch_over_query_blocks<Cfg>(fwd_kernel<T, Cfg, false>, params, stream);
+}
+
+template <int kHeadDim, typename = void>
+struct HasFwdTileCdna : std::false_type {};
+template <int kHeadDim>
+struct HasFwdTileCdna<kHeadDim, std::void_t<typename FwdTileCdna<kHeadDim>::type>> : std::true_type {};
+
+// launch_api.h's entry point in a ROCm build: cudaErrorNotSupported (hipErrorNotSupported) for a
+// head dim without a CDNA tile (hd 256), so a build of every head dim links and the op layer
+// reports it.
+template <typename T, int kHeadDim>
+cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
+  if constexpr (HasFwdTileCdna<kHeadDim>::value) {
+    return run_fwd_cdna<T, kHeadDim>(params, stream);
+  } else {
+    return cudaErrorNotSupported;
+  }
 }
 
 }  // namespace flash

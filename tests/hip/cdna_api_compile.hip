@@ -23,6 +23,8 @@ __device__ void gemms_and_stores(T* lds, T* out, int lane) {
   arch::Operand<T> next[2][Shape::kAccGroups];
   arch::accumulators_to_b_operands<T, Shape>(next, c);
   arch::mfma<T, Shape>(c[0][0], arch::load_a_operand<Shape>(lds, kStride, 0, 0, lane), next[0][0]);
+  arch::mfma<T, Shape>(c[0][1], arch::load_a_operand_k_major<Shape>(lds, kStride, 0, 0, lane),
+                       arch::load_b_operand_k_major<Shape>(lds, kStride, 0, 0, lane));
   c[0][1][0] = arch::column_max<Shape>(c[0][1][0]) + arch::column_sum<Shape>(c[0][1][1]);
   arch::store_accumulators_transposed<Shape>(out, 2 * Shape::kN, 0, 0, c, lane);
 }

@@ -2,8 +2,9 @@
 // arch.cuh under __HIP_PLATFORM_AMD__. The MFMA atoms, operand loads and wave GEMMs are in
 // cdna_mfma.cuh; the kernels' warp-GEMM interface (sm80_gemm.cuh's names, computed transposed) in
 // cdna_gemm.cuh; the lane -> element maps in cdna_layout.h (plain C++, host-tested). Status: the
-// probe and the sm80-family forward (fwd_kernel.cuh) compile for gfx90a and gfx942 with
-// matrix-core instructions (hip/ci_check.sh); not yet run on AMD hardware.
+// probe, the sm80-family forward (fwd_kernel.cuh) and backward (bwd_kernel.cuh: hd 32 and 64, and
+// hd 96 and 128 without the score extras) compile for gfx90a and gfx942 with matrix-core instructions (hip/ci_check.sh); not yet run on
+// AMD hardware.
 //
 // What differs from sm80.cuh and sm80_gemm.cuh, name by name (the sm90 files' wgmma, TMA and
 // mbarrier names have no counterpart: the sm90 kernels are not built for ROCm):
@@ -38,8 +39,9 @@
 //   smem_address        not needed: LDS pointers are 32-bit address space 3 pointers.
 //   warp_gemm_ss / _rs, accumulators_to_a_fragments, store_accumulators, Layout, BLayout,
 //   kAtomM/N/K, AFragment  cdna_gemm.cuh: the same names and meaning in the kernel's view (C = A.B),
-//                       computed as C^T = B^T.A^T on MFMA, for the k-contiguous forms only (A "mk",
-//                       B "nk"); the register "A fragment" is an MFMA B operand. cdna_mfma.cuh's
+//                       computed as C^T = B^T.A^T on MFMA; the k-contiguous forms (A "mk", B "nk")
+//                       read an operand with one 8-byte read, the others ("km", "kn") with four
+//                       2-byte reads; the register "A fragment" is an MFMA B operand. cdna_mfma.cuh's
 //                       wave_gemm_ss / wave_gemm_sr, accumulators_to_b_operands and
 //                       store_accumulators_transposed are the same products in MFMA terms (probe).
 //   FLASH_LOAD_IF_SET   reads the pointer in the global address space (see there).
@@ -47,8 +49,11 @@
 // Port plan: what the sm80 kernels assume about fragments, and what must move into the arch layer
 // before fwd_kernel / bwd_kernel / splitkv_kernel compile against CDNA. DONE for fwd_kernel (it
 // compiles against cdna_gemm.cuh: items 1-3, V in 4, its loops in 5, the forward's dropout in 6,
-// launch_fwd_cdna.cuh's tiles in 7, synchronous copies in 8); bwd_kernel and splitkv_kernel still
-// use the mma.sync m16n8k16 C layout directly:
+// launch_fwd_cdna.cuh's tiles in 7, synchronous copies in 8) and for bwd_kernel (bwd_fragments.cuh
+// loops over row slots in 2 and 5, 2-byte reads for Q, dO, K and dS^T in 4, the backward's dropout
+// in 6, launch_bwd_cdna.cuh's tiles in 7, with V and P^T in registers at hd 96 and 128 for the
+// LDS budget: bwd_register_operands.cuh); splitkv_kernel still uses the mma.sync
+// m16n8k16 C layout directly:
 //   1. Fragment shape. Accumulators are `float[MT][NT][4]` of 16x8 atoms (softmax.cuh,
 //      fragment_scores.cuh, bwd_fragments.cuh, dropout.cuh, splitkv_kernel.cuh, the kernels).
 //      MFMA accumulators are Shape::kAccRegs (16 or 4) fp32 per lane per square atom
@@ -66,7 +71,7 @@
 //      acc_row_slot, row_max, row_sum, is_row_leader in sm80.cuh, PTX unchanged); the CDNA layer
 //      defines the same names for its layout (cdna_gemm.cuh; the probe's ColumnSoftmax is the same
 //      computation written in MFMA terms).
-//      The backward (bwd_fragments.cuh) and the sm90 kernels still spell acc_row(lane, 2 * h).
+//      The sm90 kernels still spell acc_row(lane, 2 * h).
 //   3. P as the next operand. accumulators_to_a_fragments re-packs S (two 16x8 C atoms) as the A
 //      operand of P.V. With MFMA, register group t (4 registers) of an S^T atom is exactly the B
 //      operand of k-step t of O^T = V^T.P^T (acc_b_step / acc_b_value, host-tested), so the second
@@ -294,15 +299,21 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 #define FLASH_LOAD_IF_SET(ptr, fallback) \
   ((ptr) != nullptr ? static_cast<uint64_t>(*(const __attribute__((address_space(1))) int64_t*)(ptr)) : (fallback))
 
+// The counters below live in global memory: addressed as such, the atomics are global_* rather
+// than flat_* instructions (which also wait on LDS traffic and which hip/check_isa.py rejects). C
+// casts: reinterpret_cast cannot change an address space.
+using GlobalInt = __attribute__((address_space(1))) int;
+
 // Spins until *counter == value (acquire: what the writer did before its release is visible).
 __device__ __forceinline__ void wait_until_equal(const int* counter, int value) {
-  while (__hip_atomic_load(counter, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT) != value) {
+  const GlobalInt* global = (const GlobalInt*)counter;
+  while (__hip_atomic_load(global, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT) != value) {
   }
 }
 
 // *counter = value after every earlier write of this thread is visible device-wide (release).
 __device__ __forceinline__ void release_store(int* counter, int value) {
-  __hip_atomic_store(counter, value, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+  __hip_atomic_store((GlobalInt*)counter, value, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
 }
 
 // 16 and 8 bytes in registers.

@@ -11,9 +11,11 @@
 //   * accumulator group t of an S^T atom is already the B operand of k-step t of
 //     O^T = V^T . P^T (cdna_layout.h acc_b_step): P is converted, never moved
 //     (accumulators_to_a_fragments; "A fragment" in the kernel's view of O = P.V);
-//   * MFMA operands are 4 consecutive k per lane, one 8-byte LDS read, so both stored operands
-//     must be k-contiguous: A "mk" (Q) and B "nk" (K; V stored transposed as [dim][key], since
-//     there is no ldmatrix.trans: kHasTransposingLoads = false, tile_io.cuh load_tile_transposed).
+//   * MFMA operands are 4 consecutive k per lane: one 8-byte LDS read from a k-contiguous tile
+//     (A "mk", B "nk"), four 2-byte reads from the other forms (A "km", B "kn": there is no
+//     ldmatrix.trans, kHasTransposingLoads = false). A kernel that can store such a tile
+//     transposed does (the forward's V as [dim][key], tile_io.cuh load_tile_transposed); the
+//     backward reads Q, dO, K and dS^T both ways, and 64 KiB of LDS has no room for second copies.
 // The 32x32 atom rather than 16x16: one shuffle per row reduction instead of two, and 16
 // accumulators per MFMA (the probe compiles both; not measured on hardware).
 // Fragments stay plain float arrays, as on sm80, so that the arch-neutral code indexes them alike;
@@ -34,6 +36,9 @@ constexpr int kAtomM = FragmentView::kAtomM;
 constexpr int kAtomN = FragmentView::kAtomN;
 constexpr int kAtomK = FragmentView::kAtomK;
 
+// A warp tile's columns come in whole atoms (no pairing of B operands as on sm80).
+constexpr int kWarpTileColStep = kAtomN;
+
 // The accumulator layout (sm80.cuh's names): not the m16n8 one; one row per lane and atom.
 constexpr bool kAccLayoutIsM16N8 = false;
 constexpr int kAccRegs = FragmentView::kAccRegs;
@@ -53,7 +58,8 @@ __device__ __forceinline__ bool is_row_leader(int lane) { return FragmentView::i
 enum class Layout { kRowMajorMK, kColMajorKM };  // A operand storage
 enum class BLayout { kNK, kKN };                 // B operand storage
 
-// No transposing LDS loads: "km" / "kn" tiles are stored the other way round ("mk" / "nk").
+// No transposing LDS loads: "km" / "kn" tiles cost four 2-byte reads per operand (kernels that
+// can, store them the other way round, "mk" / "nk").
 constexpr bool kHasTransposingLoads = false;
 
 // A register operand for one k-step of kAtomK: an MFMA B operand of the transposed product.
@@ -82,22 +88,42 @@ __device__ __forceinline__ void mfma_atom(float (&c)[kAccRegs], Operand<T> a, Op
   for (int r = 0; r < kAccRegs; ++r) c[r] = acc[r];
 }
 
-// c (kAtomM*MT x kAtomN*NT) += A[m0.., 0..kAtomK*KS) . B[0..kAtomK*KS, n0..), A stored [m][k], B
-// stored [n][k] (the k-contiguous forms; others must be stored transposed).
+// Row atom m0.. of the kernel's A at k-step k0, as the MFMA B operand of C^T: one 8-byte read from
+// A stored [m][k], four 2-byte reads from A stored [k][m].
+template <Layout kALayout, typename T>
+__device__ __forceinline__ Operand<T> load_a_rows(const T* tile, int stride, int m0, int k0, int lane) {
+  if constexpr (kALayout == Layout::kRowMajorMK) return load_b_operand<FragmentAtom>(tile, stride, m0, k0, lane);
+  return load_b_operand_k_major<FragmentAtom>(tile, stride, m0, k0, lane);
+}
+
+// Column atom n0.. of the kernel's B at k-step k0, as the MFMA A operand of C^T: one 8-byte read
+// from B stored [n][k], four 2-byte reads from B stored [k][n].
+template <BLayout kBLayout, typename T>
+__device__ __forceinline__ Operand<T> load_b_columns(const T* tile, int stride, int n0, int k0, int lane) {
+  if constexpr (kBLayout == BLayout::kNK) return load_a_operand<FragmentAtom>(tile, stride, n0, k0, lane);
+  return load_a_operand_k_major<FragmentAtom>(tile, stride, n0, k0, lane);
+}
+
+// One register A operand (sm80_gemm.cuh's name): rows m0.. of A at k-step k0, from LDS.
+template <Layout kLayout, typename T>
+__device__ __forceinline__ void load_a_fragment(Operand<T>& a, const T* tile, int stride, int m0, int k0, int lane) {
+  a = load_a_rows<kLayout>(tile, stride, m0, k0, lane);
+}
+
+// c (kAtomM*MT x kAtomN*NT) += A[m0.., 0..kAtomK*KS) . B[0..kAtomK*KS, n0..), both from LDS in
+// any storage form (the k-contiguous ones, A "mk" and B "nk", read fastest).
 template <int MT, int NT, int KS, Layout kALayout, BLayout kBLayout, typename T>
 __device__ __forceinline__ void warp_gemm_ss(float (&c)[MT][NT][kAccRegs], const T* a_tile, int a_stride, int a_m0,
                                              const T* b_tile, int b_stride, int b_n0, int lane) {
-  static_assert(kALayout == Layout::kRowMajorMK && kBLayout == BLayout::kNK,
-                "MFMA operands are k-contiguous: store a km / kn tile transposed (kHasTransposingLoads)");
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) {
     Operand<T> rows[MT];  // C^T's column operands: rows of A
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
-      rows[mt] = load_b_operand<FragmentAtom>(a_tile, a_stride, a_m0 + mt * kAtomM, ks * kAtomK, lane);
+      rows[mt] = load_a_rows<kALayout>(a_tile, a_stride, a_m0 + mt * kAtomM, ks * kAtomK, lane);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      const Operand<T> cols = load_a_operand<FragmentAtom>(b_tile, b_stride, b_n0 + nt * kAtomN, ks * kAtomK, lane);
+      const Operand<T> cols = load_b_columns<kBLayout>(b_tile, b_stride, b_n0 + nt * kAtomN, ks * kAtomK, lane);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) mfma_atom<T>(c[mt][nt], cols, rows[mt]);
     }
@@ -123,17 +149,15 @@ __device__ __forceinline__ void accumulators_to_a_fragments(Operand<T> (&a)[MT][
 }
 
 // c (kAtomM*MT x kAtomN*NT) += A (registers, kAtomM*MT x kAtomK*KS) . B[0..kAtomK*KS, n0..), B
-// stored [n][k].
+// from LDS in either storage form ("nk" reads fastest).
 template <int MT, int NT, int KS, BLayout kBLayout, typename T>
 __device__ __forceinline__ void warp_gemm_rs(float (&c)[MT][NT][kAccRegs], const Operand<T> (&a)[MT][KS],
                                              const T* b_tile, int b_stride, int b_n0, int lane) {
-  static_assert(kBLayout == BLayout::kNK,
-                "MFMA operands are k-contiguous: store a kn tile transposed (kHasTransposingLoads)");
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      const Operand<T> cols = load_a_operand<FragmentAtom>(b_tile, b_stride, b_n0 + nt * kAtomN, ks * kAtomK, lane);
+      const Operand<T> cols = load_b_columns<kBLayout>(b_tile, b_stride, b_n0 + nt * kAtomN, ks * kAtomK, lane);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) mfma_atom<T>(c[mt][nt], cols, a[mt][ks]);
     }

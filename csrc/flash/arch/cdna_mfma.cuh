@@ -104,6 +104,27 @@ __device__ __forceinline__ Operand<T> load_b_operand(const T* tile, int stride, 
   return load_operand(tile + (n0 + Shape::b_col(lane, 0)) * stride + k0 + Shape::b_row(lane, 0));
 }
 
+// 4 16-bit values p[0], p[stride], p[2 stride], p[3 stride]: an operand whose k runs down the
+// columns of a tile, four 2-byte LDS reads (there is no transposing LDS read).
+template <typename T>
+__device__ __forceinline__ Operand<T> load_operand_strided(const T* p, int stride) {
+  using Bits = uint16_t __attribute__((ext_vector_type(4)));
+  const uint16_t* e = reinterpret_cast<const uint16_t*>(p);
+  return __builtin_bit_cast(Operand<T>, Bits{e[0], e[stride], e[2 * stride], e[3 * stride]});
+}
+
+// A operand of the atom at rows m0.., k-step starting at k0, from a tile stored [k][m].
+template <typename Shape, typename T>
+__device__ __forceinline__ Operand<T> load_a_operand_k_major(const T* tile, int stride, int m0, int k0, int lane) {
+  return load_operand_strided(tile + (k0 + Shape::a_col(lane, 0)) * stride + m0 + Shape::a_row(lane, 0), stride);
+}
+
+// B operand of the atom at columns n0.., k-step starting at k0, from a tile stored [k][n].
+template <typename Shape, typename T>
+__device__ __forceinline__ Operand<T> load_b_operand_k_major(const T* tile, int stride, int n0, int k0, int lane) {
+  return load_operand_strided(tile + (k0 + Shape::b_row(lane, 0)) * stride + n0 + Shape::b_col(lane, 0), stride);
+}
+
 // Four fp32 values -> one operand (value j = x[j]).
 template <typename T>
 __device__ __forceinline__ Operand<T> pack_operand(float x0, float x1, float x2, float x3) {

@@ -17,6 +17,9 @@ constexpr int kAtomM = 16;
 constexpr int kAtomN = 8;
 constexpr int kAtomK = 16;
 
+// A warp tile's columns come in multiples of this: warp_gemm_* load B fragments two atoms at a time.
+constexpr int kWarpTileColStep = 2 * kAtomN;
+
 enum class Layout { kRowMajorMK, kColMajorKM };  // A operand storage
 enum class BLayout { kNK, kKN };                 // B operand storage
 
