@@ -1,0 +1,264 @@
+// Forward on Hopper (sm_90a), with warpgroup MMAs (wgmma). Same algorithm and arguments as
+// fwd_kernel.cuh: one CTA per (block of 64 x kWarpgroups queries, head, batch), each warpgroup
+// owning 64 query rows, walking the visible key blocks from the last one down (the causal
+// blocks that need masking first). Step i of each warpgroup:
+//   1. retires P.V[i-2], rescales O and converts P[i-1] to the A-fragment layout (dropout zeroes
+//      its dropped entries there, two per instruction)
+//   2. issues S[i] = Q.K[i]^T                (64 queries x kBlockN, A and B from shared memory)
+//   3. issues O += P[i-1].V[i-1]              (A = P in registers)
+//   4. draws dropout's random bytes of block i (they do not depend on S) while S[i] runs, then
+//      waits for S[i] only, and runs the logits (score modifiers, mask) and the online softmax of
+//      block i while step 3 still runs on the tensor core.
+// So the exponentials of one block overlap the P.V MMAs of the previous one, and P never leaves
+// registers. K has two shared-memory slots and V three; block i + 1's K and block i's V load
+// (cp.async) while block i's MMAs run. Shared memory uses the 128-byte swizzled layout of
+// arch/sm90_swizzled_tile.cuh (whole-line global reads: with the no-swizzle core-matrix layout the
+// loads doubled the L2 tag lookups, which ncu showed as the limit); Q is K-major for S, K
+// K-major, V MN-major (keys are its rows) for O.
+#pragma once
+
+#include <type_traits>
+
+#include "arch/sm90_swizzled_tile.cuh"
+#include "arch/sm90_wgmma.cuh"
+#include "common.cuh"
+#include "dropout.cuh"
+#include "fragment_scores.cuh"
+#include "fwd_query_block.cuh"
+#include "mask.cuh"
+#include "params.h"
+#include "softmax.cuh"
+#include "tile_io.cuh"
+
+namespace flash {
+
+template <int kHeadDim_, int kBlockN_, int kWarpgroups_, int kCtasPerSm_ = 1>
+struct FwdSm90Config {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = kBlockN_;  // keys per step: the N of the S wgmma
+  static constexpr int kWarpgroups = kWarpgroups_;
+  // CTAs resident per SM (the register cap that follows from it is the compiler's): two let one
+  // CTA's loads, barriers and epilogue overlap the other's MMAs.
+  static constexpr int kCtasPerSm = kCtasPerSm_;
+  static constexpr int kBlockM = 64 * kWarpgroups;  // queries per CTA, 64 per warpgroup (wgmma M)
+  static constexpr int kThreads = kWarpgroups * arch::kWarpgroupThreads;
+  // K/V tiles load with the threads of at most two warpgroups: a loader pass covers
+  // threads / (hd / 8) rows, which must divide kBlockN.
+  static constexpr int kKvLoadThreads = kWarpgroups >= 2 ? 2 * arch::kWarpgroupThreads : kThreads;
+  using QTile = arch::SwizzledTile<kBlockM, kHeadDim>;
+  using KVTile = arch::SwizzledTile<kBlockN, kHeadDim>;
+  static constexpr int kSmemBytes = QTile::kBytes + 5 * KVTile::kBytes;  // Q, two K slots, three V slots
+  // The epilogue stages O row-major (padded) over the operand tiles.
+  static constexpr int kEpilogueStride = padded_stride<kHeadDim>();
+  static_assert(kBlockM * kEpilogueStride * 2 <= kSmemBytes, "O staging fits");
+  static_assert(kBlockN % 16 == 0 && kHeadDim % 16 == 0, "whole wgmma k-steps");
+};
+
+// Shared-memory slots of the kernel: Q, then K[0], K[1], V[0], V[1], V[2] (computed, not stored in
+// arrays: an array indexed by the step would live in local memory).
+template <typename Cfg>
+struct FwdSm90Smem {
+  char* base;
+
+  __device__ __forceinline__ char* q() const { return base; }
+  __device__ __forceinline__ char* k(int slot) const { return base + Cfg::QTile::kBytes + slot * Cfg::KVTile::kBytes; }
+  __device__ __forceinline__ char* v(int slot) const { return k(2 + slot); }
+};
+
+template <typename Cfg, typename T>
+__device__ __forceinline__ void load_kv_tile_sm90(char* tile, const T* gmem, int64_t row_stride, int n_block,
+                                                  int seqlen_k, int headdim, int tid) {
+  if (tid >= Cfg::kKvLoadThreads) return;
+  const int n0 = n_block * Cfg::kBlockN;
+  arch::load_swizzled_tile_async<Cfg::kBlockN, Cfg::kHeadDim, Cfg::kKvLoadThreads>(tile, gmem + n0 * row_stride,
+                                                                                  row_stride, seqlen_k - n0, headdim, tid);
+}
+
+// Issues S (this warpgroup's 64 queries from q_row0 x kBlockN keys) = Q.K^T as one wgmma group.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void issue_scores_sm90(float (&scores)[1][Cfg::kBlockN / 8][4], const char* sQ,
+                                                  const char* sK, int q_row0) {
+  arch::wgmma_fence_operand(scores[0]);
+  arch::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kHeadDim / 16; ++ks)
+    arch::Wgmma<T, Cfg::kBlockN>::template ss<false, false>(scores[0], Cfg::QTile::k_major(sQ, q_row0, ks),
+                                                             Cfg::KVTile::k_major(sK, 0, ks), ks > 0);
+  arch::wgmma_commit();
+}
+
+// Issues O (64 queries x head dim) += P (registers, 64 x kBlockN) . V (kBlockN keys x head dim,
+// read MN-major) as one wgmma group.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void issue_output_sm90(float (&acc)[1][Cfg::kHeadDim / 8][4],
+                                                  const uint32_t (&probs)[1][Cfg::kBlockN / 16][4], const char* sV) {
+  arch::wgmma_fence_operand(acc[0]);
+  arch::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kBlockN / 16; ++ks)
+    arch::Wgmma<T, Cfg::kHeadDim>::template rs<true>(acc[0], probs[0][ks], Cfg::KVTile::mn_major(sV, 0, ks), true);
+  arch::wgmma_commit();
+}
+
+// One warp's 16 query rows of a Hopper forward (both kernels): O, the online softmax, S / P of the
+// latest block and dropout's bytes for it, and the steps the kernels take on them between MMAs.
+// Only the score-extras kernel (kScoreExtras) has dropout, so only it needs steps of whole 32-key
+// pairs of dropout tiles (dropout.cuh).
+template <typename T, typename Cfg, bool kScoreExtras>
+struct Sm90ForwardRows {
+  static constexpr int kScoreNT = Cfg::kBlockN / 8, kHeadNT = Cfg::kHeadDim / 8;
+  float acc[1][kHeadNT][4];  // O rows of this warp: 16 x head dim
+  OnlineSoftmax<1> softmax;
+  float scores[1][kScoreNT][4];             // S rows of this warp (16 x kBlockN), then P until converted
+  float rescale[1][2];                      // O's pending rescale from the latest softmax
+  uint32_t probs[1][Cfg::kBlockN / 16][4];  // P of the previous block, the A operand of its P.V
+  struct NoDropTests {};
+  std::conditional_t<kScoreExtras, FwdDropTests<1, kScoreNT>, NoDropTests> drop_tests;  // of the latest block
+
+  __device__ __forceinline__ void init() {
+    arch::zero_accumulators(acc);
+    softmax.init();
+  }
+
+  // Waits for every wgmma group of the warpgroup (at step i: P.V[i-2]; S[i-1] is already done).
+  // The kernels do this at the start of step i rather than the end of step i-1: ptxas moves a
+  // wgmma wait to the top of its basic block, so at the end of step i-1 it would land before the
+  // softmax and serialize the exponentials after the P.V MMAs; the loop edge keeps them apart.
+  __device__ __forceinline__ void retire() {
+    arch::wgmma_wait<0>();
+    arch::wgmma_fence_operand(acc[0]);
+    arch::wgmma_fence_operand(probs);
+  }
+
+  // Rescales O for the latest block and converts its P to the A operand of its P.V (dropout
+  // zeroes the dropped entries there, two per instruction).
+  __device__ __forceinline__ void convert(const Dropout& dropout) {
+    OnlineSoftmax<1>::rescale_output(acc, rescale);
+    arch::accumulators_to_a_fragments<T>(probs, scores);
+    if constexpr (kScoreExtras) {
+      if (dropout.enabled) drop_packed_probs(probs, drop_tests);
+    }
+  }
+
+  // Waits until at most kPending wgmma groups run: S of the latest block is done.
+  template <int kPending>
+  __device__ __forceinline__ void wait_scores() {
+    arch::wgmma_wait<kPending>();
+    arch::wgmma_fence_operand(scores[0]);
+  }
+
+  // S of key block n_block for the warp's rows from m0 + row0 become probabilities: score
+  // modifiers, mask, online softmax.
+  __device__ __forceinline__ void scores_to_probs(const FwdParams& p, const AttentionMask& mask, const ScoreMod& mod,
+                                                  int m0, int rows_q, int row0, int n_block, int lane) {
+    const int n0 = n_block * Cfg::kBlockN;
+    scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod,
+                                             !mask.block_fully_visible(m0, rows_q, n0, Cfg::kBlockN), m0 + row0, n0,
+                                             lane);
+    softmax.update_probs(scores, p.logit_scale_log2, rescale);
+    arch::wgmma_fence_operand(scores[0]);
+  }
+
+  // After the last P.V: normalizes O (times dropout's 1 / keep_prob) and writes the lse of the
+  // warp's rows (row0.., relative to the block) below rows_q.
+  __device__ __forceinline__ void finalize(const FwdParams& p, float keep_scale, float* lse, int row0, int rows_q,
+                                           int lane) {
+    float row_lse[1][2];
+    softmax.finalize(acc, p.logit_scale, keep_scale, row_lse);
+    if (lane % 4 == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + arch::acc_row(lane, 2 * h);
+        if (row < rows_q) lse[row] = row_lse[0][h];
+      }
+    }
+  }
+};
+
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
+template <typename T, typename Cfg, bool kScoreExtras>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm90(const FwdParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+  constexpr int kHeadNT = kHeadDim / 8;
+  unsigned char* smem = arch::swizzle_aligned_dynamic_smem();
+  const FwdSm90Smem<Cfg> s{reinterpret_cast<char*>(smem)};
+
+  const int tid = threadIdx.x, lane = tid % arch::kWarpSize;
+  const int warpgroup = tid / arch::kWarpgroupThreads, warp_in_group = (tid / arch::kWarpSize) % 4;
+  const int group_row0 = warpgroup * 64;                  // this warpgroup's queries in the block
+  const int warp_row0 = group_row0 + warp_in_group * 16;  // this warp's accumulator rows
+  record_rng_state(p.dropout, tid);
+  const auto qb = FwdQueryBlock<kBlockM, kBlockN>::current(p);
+  if (qb.template done_without_keys<T, kHeadDim, Cfg::kThreads>(p, tid)) return;
+  const int m0 = qb.m0, rows_q = qb.rows_q, seqlen_k = qb.seq.seqlen_k, headdim = p.shape.headdim;
+  const int n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
+  const AttentionMask& mask = qb.mask;
+  const ScoreMod mod = qb.template score_mod<kScoreExtras>(p);
+  const Dropout dropout = qb.template dropout<kScoreExtras>(p);
+  const T* k = qb.seq.template k_side<T>(p.k, 0, qb.head_k);
+  const T* v = qb.seq.template k_side<T>(p.v, 0, qb.head_k);
+
+  arch::load_swizzled_tile_async<kBlockM, kHeadDim, Cfg::kThreads>(
+      s.q(), qb.seq.template q_side<T>(p.q, m0, qb.head), p.q.row_stride, rows_q, headdim, tid);
+  load_kv_tile_sm90<Cfg>(s.k(0), k, p.k.row_stride, n_last, seqlen_k, headdim, tid);
+  arch::cp_async_commit();
+
+  Sm90ForwardRows<T, Cfg, kScoreExtras> rows;
+  rows.init();
+
+  // Step i handles key block n_last - i; its K sits in slot i % 2, its V in slot i % 3.
+  // Step 0 has no P.V to issue. It is a separate instantiation rather than a branch: with the P.V
+  // issue conditional, ptxas cannot tell which wgmma group `wait<1>` leaves pending and
+  // serializes every wgmma of the kernel (warning C7514).
+  auto step = [&](auto is_first, int i) {
+    constexpr bool kFirst = decltype(is_first)::value;
+    const int n_block = n_last - i;
+    if constexpr (!kFirst) {
+      rows.retire();
+      rows.convert(dropout);
+    }
+    arch::cp_async_wait<0>();
+    arch::fence_proxy_async();
+    __syncthreads();  // K[i] and V[i-1] landed; every warpgroup retired S[i-1] and P.V[i-2]
+
+    issue_scores_sm90<T, Cfg>(rows.scores, s.q(), s.k(i % 2), group_row0);
+    if constexpr (!kFirst) issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v((i - 1) % 3));
+    // The loads go out behind the MMAs: K[i+1] into the slot S[i-1] read, V[i] into P.V[i-3]'s
+    // (three V slots: P.V[i-2] may still be reading its slot in another warpgroup).
+    if (n_block > qb.n_begin)
+      load_kv_tile_sm90<Cfg>(s.k((i + 1) % 2), k, p.k.row_stride, n_block - 1, seqlen_k, headdim, tid);
+    load_kv_tile_sm90<Cfg>(s.v(i % 3), v, p.v.row_stride, n_block, seqlen_k, headdim, tid);
+    arch::cp_async_commit();
+
+    // Dropout's random bytes do not depend on S: drawn here, while S's MMAs run.
+    if constexpr (kScoreExtras) {
+      if (dropout.enabled)
+        rows.drop_tests = drop_tests_fwd<1, kBlockN / 8>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+    }
+    rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
+    rows.scores_to_probs(p, mask, mod, m0, rows_q, warp_row0, n_block, lane);
+  };
+  step(std::true_type{}, 0);
+  for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
+  rows.retire();
+  rows.convert(dropout);
+  arch::cp_async_wait<0>();
+  arch::fence_proxy_async();
+  __syncthreads();  // the last V landed
+  issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v((n_blocks - 1) % 3));
+  arch::wgmma_wait<0>();
+  arch::wgmma_fence_operand(rows.acc[0]);
+  rows.finalize(p, dropout.keep_scale, qb.lse(p), warp_row0, rows_q, lane);
+  // Epilogue: O through shared memory (row-major, padded) for coalesced stores.
+  T* sO = reinterpret_cast<T*>(smem);
+  __syncthreads();  // every warpgroup is done reading Q, K and V
+  arch::store_accumulators<1, kHeadNT, T>(sO, Cfg::kEpilogueStride, warp_row0, 0, rows.acc, lane);
+  __syncthreads();
+  store_tile<kBlockM, kHeadDim, Cfg::kThreads>(qb.template out<T>(p), p.out.row_stride, sO, rows_q, headdim, tid);
+#else
+  __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
+#endif
+}
+
+}  // namespace flash

@@ -1,0 +1,317 @@
+// Forward on Hopper (sm_90a), warp-specialized (issue #13; FlashAttention 3's design, written
+// here): one producer warpgroup and kConsumers math warpgroups of 64 query rows each.
+//   Producer: one thread loads Q once and K/V blocks into kStages-slot rings with TMA
+//     (sm90_tma.cuh), each slot guarded by a "full" mbarrier (bytes landed) and an "empty" one (every
+//     consumer warpgroup is done reading it); K[i+1] goes out before V[i], the order they are needed.
+//     It gives its registers to the consumers (setmaxnreg).
+//   Consumers: the algorithm and the step of fwd_kernel_sm90.cuh (S[i] and P.V[i-1] issued
+//     together, the softmax of block i under P.V[i-1]), with no __syncthreads: a warpgroup waits on
+//     the full barriers of its operands and hands slots back as soon as its MMAs retire.
+//   Ping-pong: the consumers issue their MMAs in turn (WarpgroupTurns), so while one warpgroup runs
+//     its softmax the tensor core works on the other's MMAs rather than both softmaxes meeting
+//     at the exponential unit at once.
+//   Tiles: a CTA walks query tiles blockIdx.x, + gridDim.x, ... of the order that
+//     query_tile_scheduler.cuh gives (natural for equal tiles, heaviest first by groups for causal
+//     and windowed ones, packed for varlen); the launcher gives one CTA per SM. Across tiles the rings
+//     keep turning; Q has its own full/empty pair, released after a tile's last S, so the producer
+//     loads the next tile's Q and first K while the math warpgroups finish the last P.V and the
+//     epilogue, which stages O in its own shared-memory tile.
+// Mask, score modifiers, dropout, softmax and the sequence view are the pieces the other kernels
+// use. Varlen: a TMA box cannot stop at a sequence's end, so K/V rows past it are the next
+// sequence's (or zeros past the tensor); the mask gives their scores probability 0, as with the
+// zero-filled rows of the cp.async kernel. Rows past the tensor's extent arrive as zeros.
+#pragma once
+
+#include <type_traits>
+
+#include "arch/sm90_swizzled_tile.cuh"
+#include "arch/sm90_tma.cuh"
+#include "arch/sm90_wgmma.cuh"
+#include "common.cuh"
+#include "dropout.cuh"
+#include "fragment_scores.cuh"
+#include "fwd_kernel_sm90.cuh"
+#include "fwd_query_block.cuh"
+#include "mask.cuh"
+#include "params.h"
+#include "query_tile_scheduler.cuh"
+#include "ring_position.cuh"
+#include "softmax.cuh"
+
+namespace flash {
+
+template <int kHeadDim_, int kBlockN_, int kConsumers_, int kStages_>
+struct FwdWsConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = kBlockN_;        // keys per step: the N of the S wgmma
+  static constexpr int kConsumers = kConsumers_;  // math warpgroups, 64 query rows each
+  static constexpr int kStages = kStages_;        // slots of the K ring and of the V ring
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kThreads = (kConsumers + 1) * arch::kWarpgroupThreads;
+  // Registers per thread after the reallocation; the totals fill the 64K register file exactly
+  // (FA3's split: 24 / 240 with two consumers, 32 / 160 with three).
+  static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  static_assert(kProducerRegs * arch::kWarpgroupThreads + kConsumerRegs * kConsumers * arch::kWarpgroupThreads <=
+                    65536,
+                "register file");
+  using QTile = arch::SwizzledTile<kBlockM, kHeadDim>;
+  using KVTile = arch::SwizzledTile<kBlockN, kHeadDim>;
+  static constexpr int kBarriers = 2 + 4 * kStages;  // Q full / empty; K full / empty; V full / empty
+  static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, a QTile
+  // The epilogue stages O in a shared tile of its own (whole-line stores, under the next tile's
+  // loads) where it fits beside Q and the rings; otherwise (hd 256: Q and two 64-key slots of K and
+  // V take 192 of the 227 KiB) O goes straight from the accumulators to global memory.
+  static constexpr bool kStageO = kOOffset + QTile::kBytes + kBarriers * 8 <= arch::kMaxSmemBytesPerBlock;
+  static constexpr int kBarrierOffset = kOOffset + (kStageO ? QTile::kBytes : 0);
+  static constexpr int kConsumerThreads = kConsumers * arch::kWarpgroupThreads;
+  static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
+  static_assert(kSmemBytes <= arch::kMaxSmemBytesPerBlock, "Hopper's shared memory per block");
+  static_assert(kBlockN % 16 == 0 && kHeadDim % 64 == 0, "whole wgmma k-steps and 64-column TMA boxes");
+  static_assert(kBlockM <= 256 && kBlockN <= 256, "TMA boxes hold at most 256 rows");
+};
+
+// Shared memory: Q, the K ring, the V ring, O if staged (all 1024-byte aligned), then the mbarriers.
+template <typename Cfg>
+struct FwdWsSmem {
+  char* base;
+
+  __device__ __forceinline__ char* q() const { return base; }
+  __device__ __forceinline__ char* k(int slot) const { return base + Cfg::QTile::kBytes + slot * Cfg::KVTile::kBytes; }
+  __device__ __forceinline__ char* v(int slot) const { return k(Cfg::kStages + slot); }
+  __device__ __forceinline__ char* o() const { return base + Cfg::kOOffset; }
+  __device__ __forceinline__ uint64_t* barrier(int index) const {
+    return reinterpret_cast<uint64_t*>(base + Cfg::kBarrierOffset) + index;
+  }
+  __device__ __forceinline__ uint64_t* q_full() const { return barrier(0); }
+  __device__ __forceinline__ uint64_t* q_empty() const { return barrier(1); }
+  __device__ __forceinline__ uint64_t* k_full(int slot) const { return barrier(2 + slot); }
+  __device__ __forceinline__ uint64_t* k_empty(int slot) const { return barrier(2 + Cfg::kStages + slot); }
+  __device__ __forceinline__ uint64_t* v_full(int slot) const { return barrier(2 + 2 * Cfg::kStages + slot); }
+  __device__ __forceinline__ uint64_t* v_empty(int slot) const { return barrier(2 + 3 * Cfg::kStages + slot); }
+
+  // One thread, before any other touches them.
+  __device__ __forceinline__ void init_barriers() const {
+    arch::mbarrier_init(q_full(), 1);
+    arch::mbarrier_init(q_empty(), Cfg::kConsumers);
+    for (int slot = 0; slot < Cfg::kStages; ++slot) {
+      arch::mbarrier_init(k_full(slot), 1);
+      arch::mbarrier_init(v_full(slot), 1);
+      arch::mbarrier_init(k_empty(slot), Cfg::kConsumers);  // one arrival per consumer warpgroup
+      arch::mbarrier_init(v_empty(slot), Cfg::kConsumers);
+    }
+    arch::fence_mbarrier_init();
+  }
+};
+
+// The tensor maps of q, k and v (host: make_fwd_tensor_maps in launch_fwd_sm90.cuh).
+struct FwdTensorMaps {
+  arch::TensorMap q, k, v;
+};
+
+// The producer thread, per tile: Q once its slot is free, then K[0], then K[i+1] and V[i] for each
+// step i. `ring` counts the key blocks of the earlier tiles (the rings' positions), tile_parity the
+// tiles with keys (Q's phase).
+template <typename Cfg, typename QueryBlock>
+__device__ __forceinline__ void produce_fwd_tile(const FwdWsSmem<Cfg>& s, const FwdTensorMaps& maps,
+                                                 const QueryBlock& qb, int ring, uint32_t tile_parity) {
+  using KVTile = typename Cfg::KVTile;
+  const int batch = qb.seq.batch_index, n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
+  const int q_row = static_cast<int>(qb.seq.q_row0) + qb.m0, k_row0 = static_cast<int>(qb.seq.k_row0);
+  arch::mbarrier_wait_parity(s.q_empty(), tile_parity ^ 1);
+  arch::mbarrier_arrive_expect_bytes(s.q_full(), Cfg::QTile::kBytes);
+  arch::tma_load_swizzled_tile<Cfg::kBlockM, Cfg::kHeadDim>(s.q(), &maps.q, q_row, qb.head, batch, s.q_full());
+  // Waits for the slot's previous occupant to be released (a fresh barrier counts as released:
+  // the wait for the phase before its first one returns at once), then loads block i of K or V.
+  auto load = [&](bool is_v, int i) {
+    const RingPosition<Cfg::kStages> at(ring + i);
+    arch::mbarrier_wait_parity(is_v ? s.v_empty(at.slot) : s.k_empty(at.slot), at.parity ^ 1);
+    uint64_t* full = is_v ? s.v_full(at.slot) : s.k_full(at.slot);
+    arch::mbarrier_arrive_expect_bytes(full, KVTile::kBytes);
+    arch::tma_load_swizzled_tile<Cfg::kBlockN, Cfg::kHeadDim>(is_v ? s.v(at.slot) : s.k(at.slot),
+                                                              is_v ? &maps.v : &maps.k,
+                                                              k_row0 + (n_last - i) * Cfg::kBlockN, qb.head_k, batch,
+                                                              full);
+  };
+  load(false, 0);
+  for (int i = 0; i < n_blocks; ++i) {
+    if (i + 1 < n_blocks) load(false, i + 1);
+    load(true, i);
+  }
+}
+
+// The consumers take turns at issuing their MMAs: warpgroup c waits on named barrier 1 + c, which
+// warpgroup c - 1 (cyclically) arrives on once it has issued. Every warpgroup of a CTA runs the
+// same number of rounds (the same tiles); the last one's arrive at `start` lets warpgroup 0 begin,
+// and warpgroup 0's wait at `finish` takes the last one's final arrive, so every barrier phase
+// gets exactly its 2 x 128 threads.
+template <int kConsumers>
+struct WarpgroupTurns {
+  int consumer;
+  static constexpr int kThreads = 2 * arch::kWarpgroupThreads;
+
+  __device__ __forceinline__ void start() const {
+    if (consumer == kConsumers - 1) arch::named_barrier_arrive(1, kThreads);
+  }
+  __device__ __forceinline__ void wait() const { arch::named_barrier_sync(1 + consumer, kThreads); }
+  __device__ __forceinline__ void pass() const { arch::named_barrier_arrive(1 + (consumer + 1) % kConsumers, kThreads); }
+  __device__ __forceinline__ void finish() const {
+    if (consumer == 0) wait();
+  }
+  // Barrier ids after the turns' ones: one per consumer for its own epilogue.
+  __device__ __forceinline__ int own_barrier() const { return 1 + kConsumers + consumer; }
+};
+
+// A consumer warpgroup's epilogue: its 64 rows of O (normalized accumulators) to global memory.
+// Staged (Cfg::kStageO): through this warpgroup's rows of the O tile, once its copy-out of the
+// previous tile is done, then coalesced 16-byte stores. Otherwise straight from the accumulators.
+template <typename T, typename Cfg, typename QueryBlock>
+__device__ __forceinline__ void write_output_rows(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
+                                                  const float (&acc)[1][Cfg::kHeadDim / 8][4],
+                                                  const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid) {
+  constexpr int kHeadNT = Cfg::kHeadDim / 8;
+  const int lane = group_tid % arch::kWarpSize, group_row0 = turns.consumer * 64;
+  const int warp_row0 = group_row0 + (group_tid / arch::kWarpSize) * 16;
+  if constexpr (Cfg::kStageO) {
+    arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
+    arch::store_accumulators_swizzled<typename Cfg::QTile, kHeadNT, T>(s.o(), warp_row0, acc, lane);
+    arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
+    arch::copy_swizzled_rows_to_global<typename Cfg::QTile, 64, Cfg::kHeadDim, arch::kWarpgroupThreads>(
+        qb.template out<T>(p), p.out.row_stride, s.o(), group_row0, qb.rows_q, p.shape.headdim, group_tid);
+  } else {
+    arch::store_accumulator_rows<kHeadNT, T>(qb.template out<T>(p), p.out.row_stride, warp_row0, acc, lane, qb.rows_q,
+                                             p.shape.headdim);
+  }
+}
+
+// One consumer warpgroup on one tile: 64 query rows of the block, the whole key walk, and their
+// output. group_tid: the thread's index within its warpgroup (0..127); ring and tile_parity as
+// for the producer.
+template <typename T, typename Cfg, bool kScoreExtras, typename QueryBlock>
+__device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
+                                                 const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid,
+                                                 int ring, uint32_t tile_parity) {
+  constexpr int kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
+  const int lane = group_tid % arch::kWarpSize, warp_in_group = group_tid / arch::kWarpSize;
+  const bool releases = group_tid == 0;  // the thread that hands this warpgroup's slots back
+  const int m0 = qb.m0, rows_q = qb.rows_q;
+  const int n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
+  const AttentionMask& mask = qb.mask;
+  const ScoreMod mod = qb.template score_mod<kScoreExtras>(p);
+  const Dropout dropout = qb.template dropout<kScoreExtras>(p);
+  const int group_row0 = turns.consumer * 64;
+  const int warp_row0 = group_row0 + warp_in_group * 16;
+
+  Sm90ForwardRows<T, Cfg, kScoreExtras> rows;
+  rows.init();
+  // At step i: retires P.V[i-2] and hands its V slot back, then converts P[i-1].
+  auto retire_and_convert = [&](int i) {
+    rows.retire();
+    if (releases && i >= 2) arch::mbarrier_arrive(s.v_empty(RingPosition<kStages>(ring + i - 2).slot));
+    rows.convert(dropout);
+  };
+
+  arch::mbarrier_wait_parity(s.q_full(), tile_parity);
+  // Step i handles key block n_last - i. Step 0 has no P.V: a separate instantiation (see
+  // fwd_kernel_sm90.cuh: a conditional issue makes ptxas serialize every wgmma).
+  auto step = [&](auto is_first, int i) {
+    constexpr bool kFirst = decltype(is_first)::value;
+    const int n_block = n_last - i;
+    const RingPosition<kStages> at(ring + i);
+    if constexpr (!kFirst) retire_and_convert(i);
+    arch::mbarrier_wait_parity(s.k_full(at.slot), at.parity);
+    if constexpr (!kFirst) {
+      const RingPosition<kStages> previous(ring + i - 1);
+      arch::mbarrier_wait_parity(s.v_full(previous.slot), previous.parity);
+    }
+    turns.wait();
+    issue_scores_sm90<T, Cfg>(rows.scores, s.q(), s.k(at.slot), group_row0);
+    if constexpr (!kFirst)
+      issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(RingPosition<kStages>(ring + i - 1).slot));
+    turns.pass();
+    if constexpr (kScoreExtras) {  // dropout's random bytes, while S's MMAs run
+      if (dropout.enabled)
+        rows.drop_tests = drop_tests_fwd<1, kBlockN / 8>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
+    }
+    rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
+    if (releases) {
+      arch::mbarrier_arrive(s.k_empty(at.slot));
+      if (i == n_blocks - 1) arch::mbarrier_arrive(s.q_empty());  // the tile's last S: Q is free
+    }
+    rows.scores_to_probs(p, mask, mod, m0, rows_q, warp_row0, n_block, lane);
+  };
+  step(std::true_type{}, 0);
+  for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
+  retire_and_convert(n_blocks);
+  const RingPosition<kStages> last(ring + n_blocks - 1);
+  arch::mbarrier_wait_parity(s.v_full(last.slot), last.parity);
+  turns.wait();
+  issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(last.slot));
+  turns.pass();
+  arch::wgmma_wait<0>();
+  arch::wgmma_fence_operand(rows.acc[0]);
+  if (releases) arch::mbarrier_arrive(s.v_empty(last.slot));
+  rows.finalize(p, dropout.keep_scale, qb.lse(p), warp_row0, rows_q, lane);
+  write_output_rows<T, Cfg>(p, s, qb, rows.acc, turns, group_tid);
+}
+
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
+template <typename T, typename Cfg, bool kScoreExtras>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    fwd_kernel_sm90_ws(const __grid_constant__ FwdParams p, const __grid_constant__ FwdTensorMaps maps,
+                       const QueryTileOrder order) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using QueryBlock = FwdQueryBlock<Cfg::kBlockM, Cfg::kBlockN>;
+  const FwdWsSmem<Cfg> s{reinterpret_cast<char*>(arch::swizzle_aligned_dynamic_smem())};
+  const int tid = threadIdx.x, warpgroup = tid / arch::kWarpgroupThreads;
+  record_rng_state(p.dropout, tid);
+  if (tid == 0) {
+    arch::prefetch_tensor_map(&maps.q);
+    arch::prefetch_tensor_map(&maps.k);
+    arch::prefetch_tensor_map(&maps.v);
+    s.init_barriers();
+  }
+  __syncthreads();  // the barriers are initialized; the last CTA-wide barrier
+  // Both roles walk the same tiles (query_tile_scheduler.cuh; `tiles` bounds every order) and skip
+  // the same ones: no queries, or (consumers write those rows) no keys.
+  const int tiles = query_tile_count<Cfg::kBlockM>(p);
+  QueryTileWalk<Cfg::kBlockM> walk;
+  int ring = 0;
+  uint32_t tile_parity = 0;
+  if (warpgroup == 0) {
+    arch::release_registers_to<Cfg::kProducerRegs>();
+    if (tid != 0) return;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const QueryTileCoord at = walk.locate(p, order, tile);
+      if (!at.valid()) break;
+      const auto qb = QueryBlock::at(p, at.m_block, at.head, at.batch);
+      if (qb.rows_q <= 0 || qb.key_blocks() == 0) continue;
+      produce_fwd_tile<Cfg>(s, maps, qb, ring, tile_parity);
+      ring += qb.key_blocks();
+      tile_parity ^= 1;
+    }
+    return;
+  }
+  arch::claim_registers_to<Cfg::kConsumerRegs>();
+  const WarpgroupTurns<Cfg::kConsumers> turns{warpgroup - 1};
+  turns.start();
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const QueryTileCoord at = walk.locate(p, order, tile);
+    if (!at.valid()) break;
+    const auto qb = QueryBlock::at(p, at.m_block, at.head, at.batch);
+    if (qb.rows_q <= 0) continue;
+    if (qb.key_blocks() == 0) {
+      qb.template write_rows_without_keys<T, Cfg::kHeadDim, Cfg::kConsumerThreads>(p, tid - arch::kWarpgroupThreads);
+      continue;
+    }
+    consume_fwd_tile<T, Cfg, kScoreExtras>(p, s, qb, turns, tid % arch::kWarpgroupThreads, ring, tile_parity);
+    ring += qb.key_blocks();
+    tile_parity ^= 1;
+  }
+  turns.finish();
+#else
+  __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
+#endif
+}
+
+}  // namespace flash

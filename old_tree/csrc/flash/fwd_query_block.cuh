@@ -1,0 +1,110 @@
+// The queries one forward CTA owns (kBlockM queries, the heaviest causal blocks first, query head
+// blockIdx.y, batch blockIdx.z), the key blocks they can see, and the per-(batch, head) pieces the
+// kernels apply (sequence view, mask, score modifiers, dropout); shared by the sm80 and sm90 kernels.
+#pragma once
+
+#include <cmath>
+
+#include <cuda_runtime.h>
+
+#include "common.cuh"
+#include "dropout.cuh"
+#include "launch_attributes.h"
+#include "mask.cuh"
+#include "params.h"
+#include "score_mod.cuh"
+#include "sequence.cuh"
+#include "tile_io.cuh"
+
+namespace flash {
+
+template <int kBlockM, int kBlockN>
+struct FwdQueryBlock {
+  SequenceView seq;
+  int head;
+  int head_k;   // the K/V head this query head reads (MQA / GQA)
+  int m0;       // first query
+  int rows_q;   // queries of the block inside the sequence; <= 0 when the block lies past its end
+  int n_begin;  // key blocks (of kBlockN) [n_begin, n_end) hold every key some query of the block sees
+  int n_end;
+  AttentionMask mask;
+
+  __device__ __forceinline__ static FwdQueryBlock current(const FwdParams& p) {
+    // heaviest causal blocks are scheduled first
+    return at(p, gridDim.x - 1 - blockIdx.x, blockIdx.y, blockIdx.z);
+  }
+
+  __device__ __forceinline__ static FwdQueryBlock at(const FwdParams& p, int m_block, int head, int batch) {
+    FwdQueryBlock b;
+    b.seq = SequenceView::of(p, batch);
+    b.head = head;
+    b.head_k = b.head / (p.shape.heads / p.shape.heads_k);
+    b.m0 = m_block * kBlockM;
+    b.rows_q = min(kBlockM, b.seq.seqlen_q - b.m0);
+    b.mask = AttentionMask::of(b.seq.seqlen_q, b.seq.seqlen_k, p.window);
+    b.n_begin = 0;
+    b.n_end = 0;
+    if (b.rows_q > 0) {
+      b.n_begin = b.mask.kv_begin(b.m0) / kBlockN;
+      b.n_end = ceil_div(b.mask.kv_end(b.m0, b.rows_q), kBlockN);
+    }
+    return b;
+  }
+
+  __device__ __forceinline__ int key_blocks() const { return max(0, n_end - n_begin); }
+
+  // The modifiers of a kernel compiled with kScoreExtras; none, at compile time, in the plain kernels.
+  template <bool kScoreExtras>
+  __device__ __forceinline__ ScoreMod score_mod(const FwdParams& p) const {
+    return kScoreExtras ? ScoreMod::of(p, seq.batch, head, mask.diagonal_offset()) : ScoreMod::none();
+  }
+  template <bool kScoreExtras>
+  __device__ __forceinline__ Dropout dropout(const FwdParams& p) const {
+    return kScoreExtras ? Dropout::of(p.dropout, seq.batch, p.shape.heads, head) : Dropout::none();
+  }
+
+  template <typename T>
+  __device__ __forceinline__ T* out(const FwdParams& p) const {
+    return seq.q_side<T>(p.out, m0, head);
+  }
+  __device__ __forceinline__ float* lse(const FwdParams& p) const {
+    return p.lse + seq.row_vector_offset(p, head, m0);
+  }
+
+  // True when the CTA has nothing to compute: its queries lie past the sequence's end (nothing
+  // to write), or they see no key (output zeros and lse +inf, written here).
+  template <typename T, int kHeadDim, int kThreads>
+  __device__ __forceinline__ bool done_without_keys(const FwdParams& p, int tid) const {
+    if (rows_q <= 0) return true;
+    if (key_blocks() > 0) return false;
+    write_rows_without_keys<T, kHeadDim, kThreads>(p, tid);
+    return true;
+  }
+
+  // Output zeros and lse +inf for the block's queries (by kThreads threads).
+  template <typename T, int kHeadDim, int kThreads>
+  __device__ __forceinline__ void write_rows_without_keys(const FwdParams& p, int tid) const {
+    zero_tile<kBlockM, kHeadDim, kThreads>(out<T>(p), p.out.row_stride, rows_q, p.shape.headdim, tid);
+    float* row_lse = lse(p);
+    for (int row = tid; row < rows_q; row += kThreads) row_lse[row] = INFINITY;
+  }
+};
+
+// Tiles of a forward over (query blocks, heads, batch); for varlen, over max_seqlen_q: a bound.
+template <int kBlockM>
+__host__ __device__ inline int query_tile_count(const FwdParams& p) {
+  return ceil_div(p.shape.seqlen_q, kBlockM) * p.shape.heads * p.shape.batch;
+}
+
+// Launches a forward kernel over the grid FwdQueryBlock reads: one CTA per query block, head and
+// batch, with Cfg::kSmemBytes of dynamic shared memory opted in.
+template <typename Cfg, typename Kernel>
+cudaError_t launch_over_query_blocks(Kernel kernel, const FwdParams& params, cudaStream_t stream) {
+  cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(ceil_div(params.shape.seqlen_q, Cfg::kBlockM), params.shape.heads, params.shape.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace flash

@@ -1,0 +1,28 @@
+// Host-side entry points of the kernels, free of torch: the op layer (csrc/torch/ops.cpp) fills
+// the params and calls these; csrc/instantiations/*.cu define one (dtype, head dim) each.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "params.h"
+
+namespace flash {
+
+// Each returns the first CUDA error of the launch (attribute setup included), cudaSuccess otherwise.
+template <typename T, int kHeadDim>
+cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream);
+
+template <typename T, int kHeadDim>
+cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
+
+// flash_attn_with_kvcache: appends the new tokens to the cache (rotary applied), then attends;
+// params.num_splits > 1 needs out_accum / lse_accum (params.h).
+template <typename T, int kHeadDim>
+cudaError_t run_fwd_kvcache(const KvAppendParams& append, const SplitKvParams& params, cudaStream_t stream);
+
+// Writes keep[b, h, i, j] (bool, contiguous (batch, heads, seqlen_q, seqlen_k)): whether the dropout
+// of dropout.cuh keeps element (i, j) of (b, h). For return_attn_probs and the tests.
+cudaError_t run_dropout_keep_mask(const DropoutArgs& args, int batch, int heads, int seqlen_q, int seqlen_k, bool* keep,
+                                  cudaStream_t stream);
+
+}  // namespace flash

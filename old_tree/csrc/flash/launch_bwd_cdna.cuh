@@ -1,0 +1,102 @@
+// Backward launch on CDNA (MI200 gfx90a, MI300 gfx942): the sm80-family kernels (the preprocess,
+// bwd_kernel.cuh, dq_accum.cuh's convert) compiled against the CDNA arch layer, with tiles that fit
+// the 64 KiB of LDS of a workgroup. Compiled for gfx90a and gfx942 by CI (hip/ci_check.sh, every
+// tile below). A ROCm build's generated instantiations include this file for run_bwd
+// (generate_instantiations.py --target rocm); not yet run on AMD hardware.
+#pragma once
+
+#include <type_traits>
+
+#include "bwd_kernel.cuh"
+#include "bwd_preprocess_kernel.cuh"
+#include "dq_accum.cuh"
+#include "features.h"
+#include "launch_api.h"
+#include "launch_attributes.h"
+
+namespace flash {
+
+// BwdConfig<hd, kBlockM (queries per step), kBlockN (keys per workgroup), waves, score-phase waves
+// along keys, dK/dV-phase waves along keys, dQ-phase waves along queries>; BwdConfigVPInRegisters<hd,
+// kBlockM, kBlockN, waves, dQ-phase waves along queries> keeps V and P^T in registers (every wave on
+// its own keys in the score and dK/dV phases).
+// 64 queries x 64 keys is the smallest step the deterministic dQ order allows (kBlockM >=
+// kMinBwdBlockM, kBlockN >= kBlockM: dq_order.cuh). Its LDS with one stage, rows padded by 16
+// bytes: K + V, P^T + dS^T, then Q + dO + lse + dsum,
+//   hd 32: 10240 + 18432 + 10752 = 39424 B;  hd 64: 18432 + 18432 + 18944 = 55808 B;
+//   hd 96: 72192 B and hd 128: 88576 B, over the 64 KiB, so those keep V and P^T in registers:
+//   K + dS^T + the stage, hd 96: 13312 + 9216 + 27136 = 49664 B; hd 128: 17408 + 9216 + 35328 =
+//   61952 B. hd 192 has no tile: K and the stage alone need 77312 B.
+// Waves: every warp tile is whole 32x32 atoms (arch::kAtomM, kWarpTileColStep). hd 64 runs 4
+// waves on 2 x 2 grids (32 x 32 tiles in every phase). The others run 2: hd 32's dK / dV tile (64
+// keys x 32 dims) is only two atoms, and V and P^T in registers want one wave per 32 keys of the
+// 64. With the LDS allowing one workgroup per CU, 2 of a CU's 4 SIMDs idle there.
+// Registers: with V, P^T and 32 keys x hd of dK and dV per wave, hd 96 and 128 fill the 512 VGPRs
+// and AGPRs of a lane; their score-extras kernels (dropout's tests, softcap's lse terms) spilled
+// (hd 96: 2 VGPRs on gfx942; hd 128: 39-57 on gfx90a, 87-93 on gfx942, with scratch), so those are
+// not built: such calls report not supported (kBwdScoreExtrasCdna).
+// None of this is measured (no AMD GPU).
+template <int kHeadDim>
+struct BwdTileCdna {};  // no tile: run_bwd reports the head dim as not supported
+template <> struct BwdTileCdna<32> { using type = BwdConfig<32, 64, 64, 2, 2, 2, 2>; };
+template <> struct BwdTileCdna<64> { using type = BwdConfig<64, 64, 64, 4, 2, 2, 2>; };
+template <> struct BwdTileCdna<96> { using type = BwdConfigVPInRegisters<96, 64, 64, 2, 2>; };
+template <> struct BwdTileCdna<128> { using type = BwdConfigVPInRegisters<128, 64, 64, 2, 2>; };
+
+// Whether a head dim's score-extras kernel is built (above: not where V and P^T are in registers).
+template <int kHeadDim>
+constexpr bool kBwdScoreExtrasCdna = !BwdTileCdna<kHeadDim>::type::kVInRegisters;
+
+// One stage of Q / dO: the CDNA copies are synchronous (arch/cdna.cuh cp_async_16), so a second
+// stage would not overlap the next block's loads with this one's math, only take LDS.
+constexpr int kBwdStagesCdna = 1;
+
+template <typename T, int kHeadDim, bool kScoreExtras>
+cudaError_t run_bwd_main_cdna(const BwdParams& params, cudaStream_t stream) {
+  using Cfg = typename BwdTileCdna<kHeadDim>::type;
+  constexpr int kSmem = arch::checked_lds_bytes<Cfg::smem_bytes(kBwdStagesCdna)>();
+  auto kernel = bwd_kernel<T, Cfg, kScoreExtras>;
+  const cudaError_t err = allow_dynamic_smem(kernel, kSmem);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(ceil_div(params.fwd.shape.seqlen_k, Cfg::kBlockN), params.fwd.shape.heads, params.fwd.shape.batch);
+  kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(params, kBwdStagesCdna);
+  return cudaGetLastError();
+}
+
+// The preprocess (dsum; it also clears dq_accum, or the deterministic counters), the main kernel
+// (the plain call and the calls with options run separate instantiations: features.h), then dq
+// from dq_accum. Calls with options where that kernel is not built launch nothing.
+template <typename T, int kHeadDim>
+cudaError_t run_bwd_cdna(const BwdParams& params, cudaStream_t stream) {
+  const bool extras = needs_score_extras(params.fwd);
+  if (extras && !kBwdScoreExtrasCdna<kHeadDim>) return cudaErrorNotSupported;
+  cudaError_t err = run_bwd_preprocess<T, kHeadDim>(params, stream);
+  if (err == cudaSuccess) {
+    if constexpr (kBwdScoreExtrasCdna<kHeadDim>) {
+      err = extras ? run_bwd_main_cdna<T, kHeadDim, true>(params, stream)
+                   : run_bwd_main_cdna<T, kHeadDim, false>(params, stream);
+    } else {
+      err = run_bwd_main_cdna<T, kHeadDim, false>(params, stream);
+    }
+  }
+  if (err == cudaSuccess) err = run_convert_dq<T, kHeadDim>(params, stream);
+  return err;
+}
+
+template <int kHeadDim, typename = void>
+struct HasBwdTileCdna : std::false_type {};
+template <int kHeadDim>
+struct HasBwdTileCdna<kHeadDim, std::void_t<typename BwdTileCdna<kHeadDim>::type>> : std::true_type {};
+
+// launch_api.h's entry point in a ROCm build: cudaErrorNotSupported (hipErrorNotSupported) for a
+// head dim without a CDNA tile, so a build of every head dim links and the op layer reports it.
+template <typename T, int kHeadDim>
+cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
+  if constexpr (HasBwdTileCdna<kHeadDim>::value) {
+    return run_bwd_cdna<T, kHeadDim>(params, stream);
+  } else {
+    return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace flash

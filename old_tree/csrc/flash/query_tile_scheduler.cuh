@@ -1,0 +1,103 @@
+// The forward's scheduler (ARCHITECTURE.md's scheduler piece): which query tiles a CTA computes
+// and in which order. Torch-free and arch-neutral, for any kernel that walks query tiles; every
+// role of a CTA walks the same tiles by itself, from the tile index, so nothing is handed between
+// them.
+//
+// A persistent CTA takes tiles blockIdx.x, + gridDim.x, ... of one linear order (a grid of one CTA
+// per tile takes one). The orders:
+//   natural (equal tiles: dense, no causal mask or window): batch by batch, the heads of a batch,
+//     a head's query blocks (last first), so the tiles in flight at once share a few heads' keys
+//     in L2.
+//   heaviest first (dense with a causal mask or a window): groups of `group_pairs` (batch, head)
+//     pairs, whose keys fit in L2 together, one after the other; within the last group, every
+//     pair's last query block (the one that sees the most keys), then every pair's block before
+//     it, and so on; the groups before it alternate between lightest and heaviest first, so that
+//     the last group is heaviest first. Consecutive tiles then cost about the same, and a static
+//     stride hands each CTA a light and a heavy part of two neighbouring groups in turn: every
+//     group heaviest first gave the CTAs that land on the groups' heavy starts up to 20% more work
+//     than the mean (a model of the stride at the speed suite's causal shapes, max / mean load
+//     1.13-1.24; ncu at hd 128 8k causal: SMs active 81% of the kernel's time), alternating
+//     1.00-1.03 (benchmarks/NOTES.md v17). The last group heaviest first keeps the light tiles
+//     for the end, as the longest-first ordering of FlashAttention 3's causal scheduler does with
+//     a counter.
+//   packed (varlen): batch by batch, the heads, a head's blocks heaviest causal first; batch b has
+//     ceil(len_q(b) / kBlockM) blocks, len_q clamped as SequenceView clamps it, so no tile lies
+//     past a sequence's end (a grid over max_seqlen_q leaves most CTAs empty when lengths differ).
+#pragma once
+
+#include "common.cuh"
+#include "params.h"
+#include "sequence.cuh"
+
+namespace flash {
+
+// A query tile: query block m_block of (head, batch); batch < 0 past the last tile.
+struct QueryTileCoord {
+  int m_block, head, batch;
+  __device__ __forceinline__ bool valid() const { return batch >= 0; }
+  __device__ __forceinline__ static QueryTileCoord end() { return QueryTileCoord{0, 0, -1}; }
+};
+
+// The order's one parameter, set by the launcher (heaviest_first_group_pairs).
+struct QueryTileOrder {
+  int group_pairs;  // > 0: heaviest first in groups of this many (batch, head) pairs; 0: natural
+};
+
+// Maps a CTA's increasing tile indices to coordinates, in every thread on its own (no warp-wide
+// step, which made ptxas spill in the warp-specialized forward's 24-register producer). Dense:
+// arithmetic. Varlen: a scan over the batches' tile counts from a cursor that only moves forward,
+// so a whole walk reads each entry of cu_seqlens once per thread (every thread of a CTA reads the
+// same entries, so they should hit in L1 after the first; not measured); between two tiles of a
+// stride it crosses the batches in between.
+template <int kBlockM>
+struct QueryTileWalk {
+  int batch = 0;       // varlen: the batch of the tile last located, where the next search starts
+  int first_tile = 0;  // varlen: the linear index of that batch's first tile
+
+  // `tile` at least every earlier call's.
+  __device__ __forceinline__ QueryTileCoord locate(const FwdParams& p, QueryTileOrder order, int tile) {
+    if (!kVarlenCompiled || p.varlen.cu_seqlens_q == nullptr) return locate_dense(p, order, tile);
+    const int heads = p.shape.heads;
+    for (; batch < p.shape.batch; ++batch) {
+      const int m_blocks = ceil_div(SequenceView::query_length(p, batch), kBlockM);
+      const int local = tile - first_tile;
+      if (local < m_blocks * heads) return QueryTileCoord{m_blocks - 1 - local % m_blocks, local / m_blocks, batch};
+      first_tile += m_blocks * heads;
+    }
+    return QueryTileCoord::end();
+  }
+
+ private:
+  __device__ __forceinline__ static QueryTileCoord locate_dense(const FwdParams& p, QueryTileOrder order, int tile) {
+    const int m_blocks = ceil_div(p.shape.seqlen_q, kBlockM), pairs = p.shape.batch * p.shape.heads;
+    if (tile >= m_blocks * pairs) return QueryTileCoord::end();
+    int pair, m_block;
+    if (order.group_pairs > 0) {
+      const int group_tiles = order.group_pairs * m_blocks, group = tile / group_tiles;
+      const int first_pair = group * order.group_pairs, in_group = tile - group * group_tiles;
+      const int group_size = min(order.group_pairs, pairs - first_pair);
+      const int groups = ceil_div(pairs, order.group_pairs), rank = in_group / group_size;  // rank 0: heaviest
+      const bool heaviest_first = (groups - 1 - group) % 2 == 0;  // the last group, then every other one
+      pair = first_pair + in_group % group_size;
+      m_block = heaviest_first ? m_blocks - 1 - rank : rank;
+    } else {
+      pair = tile / m_blocks;
+      m_block = m_blocks - 1 - tile % m_blocks;
+    }
+    return QueryTileCoord{m_block, pair % p.shape.heads, pair / p.shape.heads};
+  }
+};
+
+// The group size of the heaviest-first order: as many (batch, query head) pairs as have keys and
+// values within kL2Budget bytes, their query heads' shares of GQA K/V heads counted whole (an
+// over-estimate), at least 1. Half of an H100's / H200's 50 MB L2: the rest holds Q, O and the
+// neighbouring group's keys.
+constexpr int64_t kL2Budget = 24ll << 20;
+inline int heaviest_first_group_pairs(const FwdParams& p) {
+  const int64_t pair_bytes = static_cast<int64_t>(p.shape.seqlen_k) * p.shape.headdim * 2 * 2;
+  const int64_t pairs = static_cast<int64_t>(p.shape.batch) * p.shape.heads;
+  const int64_t fit = pair_bytes > 0 ? kL2Budget / pair_bytes : pairs;
+  return static_cast<int>(fit < 1 ? 1 : fit > pairs ? pairs : fit);
+}
+
+}  // namespace flash

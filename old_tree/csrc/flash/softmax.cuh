@@ -1,0 +1,113 @@
+// Online softmax over the rows a thread owns in its score fragments.
+//
+// Per row we keep the running max m of the logits x (q.k, or its capped and biased form:
+// score_mod.cuh) and the running sum l of exp(scale * (x - m)), computed as
+// exp2(x * scale_log2 - m * scale_log2): the scale is folded into one FFMA per score.
+// A thread owns, for each of its MT row atoms, arch::kAccRows rows (the arch layer says which
+// accumulator values belong to which row); the lanes sharing a row reduce the max with shuffles.
+// The sum stays per-thread until `finalize` (rescaling is linear, so partial sums can wait).
+#pragma once
+
+#include <cmath>
+
+#include "arch/arch.cuh"
+
+namespace flash {
+
+template <int MT>
+struct OnlineSoftmax {
+  float row_max[MT][arch::kAccRows];
+  float row_sum[MT][arch::kAccRows];
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < arch::kAccRows; ++h) {
+        row_max[mt][h] = -INFINITY;
+        row_sum[mt][h] = 0.f;
+      }
+  }
+
+  // scores (kAtomM*MT x kAtomN*NT logits, -inf where masked) become probabilities
+  // exp(scale * (s - m_new)) in place; acc (kAtomM*MT x kAtomN*DT), the running P.V, is rescaled by
+  // exp(scale * (m_old - m_new)).
+  // A row with no visible key so far keeps m = -inf, and every exponent is then exp2(-inf) = 0.
+  template <int NT, int DT>
+  __device__ __forceinline__ void update(float (&scores)[MT][NT][arch::kAccRegs], float (&acc)[MT][DT][arch::kAccRegs], float scale_log2) {
+    float rescale[MT][arch::kAccRows];
+    update_probs(scores, scale_log2, rescale);
+    rescale_output(acc, rescale);
+  }
+
+  // The first half of update: the probabilities, and per row the factor by which the running P.V
+  // must still be rescaled. Split so that a kernel whose P.V is still in flight on the tensor core
+  // can compute these first and rescale once the MMA is done.
+  template <int NT>
+  __device__ __forceinline__ void update_probs(float (&scores)[MT][NT][arch::kAccRegs], float scale_log2,
+                                               float (&rescale)[MT][arch::kAccRows]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < arch::kAccRows; ++h) {
+        float block_max = row_max[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          float atom_max = scores[mt][nt][arch::acc_value(h, 0)];
+#pragma unroll
+          for (int j = 1; j < arch::kAccValuesPerRow; ++j)
+            atom_max = fmaxf(atom_max, scores[mt][nt][arch::acc_value(h, j)]);
+          block_max = fmaxf(block_max, atom_max);
+        }
+        block_max = arch::row_max(block_max);
+        const float max_scaled = block_max == -INFINITY ? 0.f : block_max * scale_log2;
+        rescale[mt][h] =
+            row_max[mt][h] == -INFINITY ? 0.f : arch::exp2_approx(row_max[mt][h] * scale_log2 - max_scaled);
+        row_max[mt][h] = block_max;
+        float sum = row_sum[mt][h] * rescale[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int j = 0; j < arch::kAccValuesPerRow; ++j) {
+            float& x = scores[mt][nt][arch::acc_value(h, j)];
+            const float p = arch::exp2_approx(fmaf(x, scale_log2, -max_scaled));
+            x = p;
+            sum += p;
+          }
+        row_sum[mt][h] = sum;
+      }
+  }
+
+  template <int DT>
+  __device__ __forceinline__ static void rescale_output(float (&acc)[MT][DT][arch::kAccRegs],
+                                                        const float (&rescale)[MT][arch::kAccRows]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+        for (int r = 0; r < arch::kAccRegs; ++r) acc[mt][dt][r] *= rescale[mt][arch::acc_row_slot(r)];
+  }
+
+  // Divides acc by the row sums, times output_scale (dropout's 1 / keep_prob), and returns each
+  // row's log-sum-exp (natural log) in lse; a row that saw no key gets acc = 0 and lse = +inf.
+  template <int DT>
+  __device__ __forceinline__ void finalize(float (&acc)[MT][DT][arch::kAccRegs], float scale, float output_scale,
+                                           float (&lse)[MT][arch::kAccRows]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < arch::kAccRows; ++h) {
+        const float sum = arch::row_sum(row_sum[mt][h]);
+        const bool empty = sum == 0.f;
+        const float inv_sum = empty ? 0.f : output_scale / sum;
+        lse[mt][h] = empty ? INFINITY : row_max[mt][h] * scale + logf(sum);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+          for (int j = 0; j < arch::kAccValuesPerRow; ++j) acc[mt][dt][arch::acc_value(h, j)] *= inv_sum;
+      }
+  }
+};
+
+}  // namespace flash

@@ -1,0 +1,275 @@
+// Decode attention over a KV cache, split along the keys. CTA (m block x split, KV head, batch):
+// one 16-row atom of packed query rows (the query heads of the KV head, GQA packing:
+// splitkv_schedule.cuh) against this split's key steps. Decode is bound by reading K and V, so the
+// kernel keeps as many bytes in flight as shared memory holds: each warp streams its own key steps
+// (splitkv_schedule.cuh deals them) through a ring of kStages K/V buffers (splitkv_loaders.cuh)
+// and never waits on the other warps. Each warp keeps its own online softmax; at the end the warps' partial
+// results are merged through shared memory and written to out / lse (one split) or to the fp32
+// partials that the combine kernel merges (combine_kernel.cuh).
+#pragma once
+
+#include <cmath>
+
+#include "arch/arch.cuh"
+#include "common.cuh"
+#include "fragment_scores.cuh"
+#include "kvcache_view.cuh"
+#include "mask.cuh"
+#include "params.h"
+#include "score_mod.cuh"
+#include "softmax.cuh"
+#include "splitkv_loaders.cuh"
+#include "splitkv_schedule.cuh"
+#include "tile_io.cuh"
+
+namespace flash {
+
+template <int kHeadDim_, int kWarpKeys_, int kStages_, int kWarps_>
+struct SplitKvConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarpKeys = kWarpKeys_;  // keys per warp step
+  static constexpr int kStages = kStages_;      // K/V steps in each warp's ring
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kThreads = kWarps * arch::kWarpSize;
+  static constexpr int kRows = arch::kAtomM;  // packed query rows per CTA
+  static constexpr int kNT = kWarpKeys / arch::kAtomN;
+  static constexpr int kDT = kHeadDim / arch::kAtomN;
+  static constexpr int kStride = padded_stride<kHeadDim>();
+  static constexpr int kQElems = kRows * kStride;
+  static constexpr int kStageElems = 2 * kWarpKeys * kStride;  // K then V
+  static constexpr int kBarrierBytes = kWarps * kStages * 8;  // the bulk loader's mbarriers
+  static constexpr int kPipelineBytes = (kQElems + kWarps * kStages * kStageElems) * 2 + kBarrierBytes;
+  static constexpr int kMergeStride = kHeadDim + 4;  // floats per merged row (16-byte aligned rows)
+  // The warps' O rows, then their row max and sum, then each row's per-warp weights and lse.
+  static constexpr int kMergeBytes = (kWarps * kRows * kMergeStride + 2 * kWarps * kRows + kWarps * kRows + kRows) * 4;
+  static constexpr int kSmemBytes = kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes;
+  static_assert(kWarpKeys % (2 * arch::kAtomN) == 0, "whole k-steps of P.V");
+  static_assert(kWarpKeys * (kHeadDim / kElementsPer16B) % arch::kWarpSize == 0, "whole 16-byte pieces per lane");
+};
+
+// Issues the CTA's cp.async copies of its packed query rows; padding rows are zero-filled.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void load_packed_queries(T* sQ, const FwdParams& f, const PackedQueryRows& q, int batch,
+                                                    int tid) {
+  constexpr int kPieces = Cfg::kHeadDim / kElementsPer16B;
+  for (int item = tid; item < Cfg::kRows * kPieces; item += Cfg::kThreads) {
+    const int r = item / kPieces, col = item % kPieces * kElementsPer16B;
+    const bool valid = r < q.rows && col < f.shape.headdim;
+    const T* src = static_cast<const T*>(f.q.ptr);
+    if (valid) src += batch * f.q.batch_stride + q.token(r) * f.q.row_stride + q.head(r) * f.q.head_stride + col;
+    arch::cp_async_16(sQ + r * Cfg::kStride + col, src, valid);
+  }
+}
+
+// S = Q.K^T of one step, its logits, the online softmax and O += P.V.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void attend_step(float (&acc)[1][Cfg::kDT][4], OnlineSoftmax<1>& softmax, const T* sQ,
+                                            const T* sK, const T* sV, const AttentionMask& mask,
+                                            const ScoreMod (&mods)[arch::kAccRows],
+                                            const int (&queries)[arch::kAccRows],
+                                            const PackedQueryRows& q, int n0, float scale_log2, int lane) {
+  float scores[1][Cfg::kNT][4];  // S: (16 packed rows x kWarpKeys keys)
+  arch::zero_accumulators(scores);
+  arch::warp_gemm_ss<1, Cfg::kNT, Cfg::kHeadDim / arch::kAtomK, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
+      scores, sQ, Cfg::kStride, 0, sK, Cfg::kStride, 0, lane);
+  const bool needs_mask = !mask.block_fully_visible(q.token_first, q.token_count, n0, Cfg::kWarpKeys);
+  packed_scores_to_logits(scores, mask, mods, queries, needs_mask, n0, lane);
+  softmax.update(scores, acc, scale_log2);
+  uint32_t probs[1][Cfg::kNT / 2][4];  // P as A fragments of P.V
+  arch::accumulators_to_a_fragments<T>(probs, scores);
+  arch::warp_gemm_rs<1, Cfg::kDT, Cfg::kNT / 2, arch::BLayout::kKN>(acc, probs, sV, Cfg::kStride, 0, lane);
+}
+
+// Shared-memory views of the merge at the end of the kernel (reusing the pipeline's buffers).
+template <typename Cfg>
+struct MergeBuffers {
+  float* o;       // (kWarps, kRows, kMergeStride): each warp's unnormalized O rows
+  float* max;     // (kWarps, kRows): each warp's row max (logit units)
+  float* sum;     // (kWarps, kRows): each warp's row sum
+  float* weight;  // (kRows, kWarps): the factor of each warp's O row in the merged, normalized row
+  float* lse;     // (kRows): the merged lse (natural log); -inf when the row saw no key
+
+  __device__ __forceinline__ static MergeBuffers at(unsigned char* smem) {
+    MergeBuffers m;
+    m.o = reinterpret_cast<float*>(smem);
+    m.max = m.o + Cfg::kWarps * Cfg::kRows * Cfg::kMergeStride;
+    m.sum = m.max + Cfg::kWarps * Cfg::kRows;
+    m.weight = m.sum + Cfg::kWarps * Cfg::kRows;
+    m.lse = m.weight + Cfg::kRows * Cfg::kWarps;
+    return m;
+  }
+};
+
+// Each warp's O, row max and row sum into the merge buffers; then per row the weights and lse.
+template <typename Cfg>
+__device__ __forceinline__ void merge_warps(const MergeBuffers<Cfg>& m, const float (&acc)[1][Cfg::kDT][4],
+                                            const OnlineSoftmax<1>& softmax, float logit_scale, float logit_scale_log2,
+                                            int warp, int lane, int tid) {
+#pragma unroll
+  for (int h = 0; h < arch::kAccRows; ++h) {
+    const float sum = arch::row_sum(softmax.row_sum[0][h]);
+    const int row = arch::acc_row(lane, arch::acc_value(h, 0));
+    if (arch::is_row_leader(lane)) {
+      m.max[warp * Cfg::kRows + row] = softmax.row_max[0][h];
+      m.sum[warp * Cfg::kRows + row] = sum;
+    }
+  }
+#pragma unroll
+  for (int dt = 0; dt < Cfg::kDT; ++dt)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = arch::acc_row(lane, r), col = dt * arch::kAtomN + arch::acc_col(lane, r);
+      m.o[(warp * Cfg::kRows + row) * Cfg::kMergeStride + col] = acc[0][dt][r];
+    }
+  __syncthreads();
+  if (tid < Cfg::kRows) {
+    float row_max = -INFINITY;
+    for (int w = 0; w < Cfg::kWarps; ++w) row_max = fmaxf(row_max, m.max[w * Cfg::kRows + tid]);
+    float scale[Cfg::kWarps], total = 0.f;
+    for (int w = 0; w < Cfg::kWarps; ++w) {
+      const float warp_max = m.max[w * Cfg::kRows + tid];
+      scale[w] = warp_max == -INFINITY ? 0.f : arch::exp2_approx((warp_max - row_max) * logit_scale_log2);
+      total += scale[w] * m.sum[w * Cfg::kRows + tid];
+    }
+    const bool empty = total == 0.f;
+    for (int w = 0; w < Cfg::kWarps; ++w) m.weight[tid * Cfg::kWarps + w] = empty ? 0.f : scale[w] / total;
+    m.lse[tid] = empty ? -INFINITY : row_max * logit_scale + logf(total);
+  }
+  __syncthreads();
+}
+
+// The merged row r, columns [col, col + 4).
+template <typename Cfg>
+__device__ __forceinline__ float4 merged_piece(const MergeBuffers<Cfg>& m, int r, int col) {
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int w = 0; w < Cfg::kWarps; ++w) {
+    const float weight = m.weight[r * Cfg::kWarps + w];
+    const float4 x = *reinterpret_cast<const float4*>(m.o + (w * Cfg::kRows + r) * Cfg::kMergeStride + col);
+    o.x += weight * x.x;
+    o.y += weight * x.y;
+    o.z += weight * x.z;
+    o.w += weight * x.w;
+  }
+  return o;
+}
+
+// Writes the merged rows: into out / lse with one split (lse +inf for a row that saw no key), else
+// into this split's fp32 partials (lse -inf for a row that saw no key in this split).
+template <typename T, typename Cfg>
+__device__ __forceinline__ void write_merged(const SplitKvParams& p, const MergeBuffers<Cfg>& m,
+                                             const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>& b, int tid) {
+  const FwdParams& f = p.fwd;
+  const int64_t rows_per_split = static_cast<int64_t>(f.shape.batch) * f.shape.heads * f.shape.seqlen_q;
+  const int pieces = f.shape.headdim / 4;
+  for (int item = tid; item < b.q.rows * pieces; item += Cfg::kThreads) {
+    const int r = item / pieces, col = item % pieces * 4;
+    const int token = b.q.token(r), head = b.q.head(r);
+    const int64_t lse_row = (static_cast<int64_t>(b.batch) * f.shape.heads + head) * f.shape.seqlen_q + token;
+    const float4 o = merged_piece(m, r, col);
+    if (p.num_splits == 1) {
+      T* out = static_cast<T*>(f.out.ptr) + b.batch * f.out.batch_stride + token * f.out.row_stride +
+               head * f.out.head_stride;
+      store_float4_as(out + col, o);
+      if (col == 0) f.lse[lse_row] = m.lse[r] == -INFINITY ? INFINITY : m.lse[r];
+    } else {
+      const int64_t row = b.split * rows_per_split + lse_row;
+      *reinterpret_cast<float4*>(p.out_accum + row * p.headdim_accum + col) = o;
+      if (col == 0) p.lse_accum[row] = m.lse[r];
+    }
+  }
+}
+
+// One warp's walk over its key steps (splitkv_schedule.cuh): the loader keeps kStages - 1 steps in
+// flight while the warp attends to the oldest. issue_first_steps starts the walk, before the
+// queries have landed.
+template <typename Cfg, typename Loader>
+__device__ __forceinline__ void issue_first_steps(const Loader& loader,
+                                                  const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>& b,
+                                                  int warp) {
+  const int count = b.warp_step_count(warp);
+  for (int i = 0; i < Cfg::kStages - 1 && i < count; ++i) {
+    loader.issue(i, b.warp_step_keys(warp, i, count));
+    loader.commit();
+  }
+}
+
+template <typename T, typename Cfg, typename Loader>
+__device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&acc)[1][Cfg::kDT][4],
+                                                 OnlineSoftmax<1>& softmax, const T* sQ,
+                                                 const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>& b,
+                                                 const ScoreMod (&mods)[arch::kAccRows],
+                                                 const int (&queries)[arch::kAccRows], float scale_log2,
+                                                 int warp, int lane) {
+  const int count = b.warp_step_count(warp);
+  for (int i = 0; i < count; ++i) {
+    const int ahead = i + Cfg::kStages - 1;
+    if (ahead < count) loader.issue(ahead, b.warp_step_keys(warp, ahead, count));
+    loader.commit();
+    loader.wait(i);  // step i has landed and is visible to the whole warp
+    T* sK = loader.slot(i);
+    attend_step<T, Cfg>(acc, softmax, sQ, sK, sK + Cfg::kWarpKeys * Cfg::kStride, b.mask, mods, queries, b.q,
+                        b.warp_step_keys(warp, i, count), scale_log2, lane);
+    arch::warp_sync();  // every lane is done reading slot i before it is refilled
+  }
+}
+
+// kBulk: Hopper bulk copies (BulkKvLoader), else cp.async (splitkv_loaders.cuh).
+template <typename T, typename Cfg, bool kPaged, bool kBulk>
+__global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvParams p) {
+  // Launched as dependent after the append kernel (launch_kvcache.cuh): the cache rows and rotated
+  // queries it writes are read below. The combine kernel may then start and wait for this grid.
+  arch::wait_for_prior_grid();
+  arch::allow_dependent_launch();
+  if constexpr (kBulk) {
+    if (!arch::has_bulk_copies()) return;  // launched only where the bulk copies exist (launch_kvcache.cuh)
+  }
+  extern __shared__ __align__(16) unsigned char smem[];
+  const FwdParams& f = p.fwd;
+  const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
+  const auto b = SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>::current(p);
+  T* sQ = reinterpret_cast<T*>(smem);  // (kRows, kStride)
+  T* ring = sQ + Cfg::kQElems + warp * Cfg::kStages * Cfg::kStageElems;  // this warp's kStages x (K, V)
+  uint64_t* barriers = reinterpret_cast<uint64_t*>(sQ + Cfg::kQElems + Cfg::kWarps * Cfg::kStages * Cfg::kStageElems) +
+                       warp * Cfg::kStages;
+
+  int queries[arch::kAccRows];
+  ScoreMod mods[arch::kAccRows];
+#pragma unroll
+  for (int h = 0; h < arch::kAccRows; ++h) {
+    const int r = arch::acc_row(lane, arch::acc_value(h, 0));
+    queries[h] = b.q.token(r);
+    mods[h] = ScoreMod::of(f, b.batch, b.q.head(r), b.mask.diagonal_offset());
+  }
+
+  load_packed_queries<T, Cfg>(sQ, f, b.q, b.batch, tid);
+  arch::cp_async_commit();
+  float acc[1][Cfg::kDT][4];  // O: (16 packed rows x kHeadDim)
+  arch::zero_accumulators(acc);
+  OnlineSoftmax<1> softmax;
+  softmax.init();
+  const KvStepSource<T, Cfg, kPaged> source{f, b.cache, b.q.head_k};
+  // The first K/V steps are issued while the queries are in flight; the cp.async loader's wait
+  // below also waits for them (its groups cannot be told apart from the queries').
+  if constexpr (kBulk) {
+    const BulkKvLoader<T, Cfg, kPaged> loader{source, ring, barriers, lane};
+    loader.init();
+    issue_first_steps<Cfg>(loader, b, warp);
+    arch::cp_async_wait<0>();
+    __syncthreads();  // the queries are visible to every warp
+    attend_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
+  } else {
+    const CpAsyncKvLoader<T, Cfg, kPaged> loader{source, ring, lane};
+    issue_first_steps<Cfg>(loader, b, warp);
+    arch::cp_async_wait<0>();
+    __syncthreads();
+    attend_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
+  }
+  arch::cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the pipeline's buffers
+  const auto merge = MergeBuffers<Cfg>::at(smem);
+  merge_warps<Cfg>(merge, acc, softmax, f.logit_scale, f.logit_scale_log2, warp, lane, tid);
+  write_merged<T, Cfg>(p, merge, b, tid);
+}
+
+}  // namespace flash

@@ -1,0 +1,1 @@
+"""Integrations with other libraries (`flash_attn.integrations.transformers`: Hugging Face transformers)."""

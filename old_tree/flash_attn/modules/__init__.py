@@ -1,0 +1,1 @@
+"""Model modules with FlashAttention 2's module paths (`flash_attn.modules.mha`)."""

@@ -1,0 +1,193 @@
+"""Host side of the portable Triton backend (issue #9): launches flash_attn/triton/kernels.py on
+dense (batch, seqlen, heads, headdim) or varlen (total, heads, headdim) tensors, with the
+semantics of flash_attn/reference.py: lse (batch, heads, seqlen_q) dense or (heads, total_q)
+varlen, +inf (and output 0) for a query that sees no key.
+
+What it covers: forward and backward, fp32 / fp16 / bf16, causal and local windows, softcap, ALiBi,
+dropout (the masks of csrc/flash/dropout.cuh, from an rng_state (seed, offset) int64 tensor), GQA /
+MQA, varlen; the fp8 e4m3 forward with descales (flash_attn/triton/fp8.py checks its arguments);
+tiles fixed or autotuned (tuning.py). flash_attn/triton/ops.py puts it behind the public functions,
+and flash_attn/triton/kvcache.py runs flash_attn_with_kvcache. Without a GPU it runs under
+Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported). Tested there (fp32
+against fp64, fp16, fp8) and on an H100 (tests/test_triton_*.py; README says which cases ran where).
+"""
+
+import torch
+import triton
+
+from .. import dropout as dropout_lib
+from . import kernels, tuning
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_OUT_DTYPE = torch.bfloat16  # FlashAttention 3's output dtype for fp8 inputs
+
+# The autotuner's cache key (tuning.py): lengths, heads, head dim and flags, not the batch.
+TUNING_KEY = ("seqlen_q", "seqlen_k", "heads", "group", "headdim", "left", "right", "VARLEN", "HAS_SOFTCAP",
+              "HAS_ALIBI", "HAS_DROPOUT")
+_forward_kernel = tuning.Launcher(kernels.attention_forward_kernel, tuning.FORWARD_TILES, TUNING_KEY,
+                                  tuning.INTERPRETER_TILES["attention"])
+_dkdv_kernel = tuning.Launcher(kernels.attention_backward_dkdv_kernel, tuning.BACKWARD_TILES, TUNING_KEY,
+                               tuning.INTERPRETER_TILES["attention"])
+_dq_kernel = tuning.Launcher(kernels.attention_backward_dq_kernel, tuning.BACKWARD_TILES, TUNING_KEY,
+                             tuning.INTERPRETER_TILES["attention"])
+
+# Fixed tiles: 64 x 64 up to head dim 128, 32 x 32 above it so that the fp32 accumulators of a
+# 256-wide head stay small. An untimed starting point: no tile has been measured yet
+# (FLASH_ATTENTION_TRITON_AMD_AUTOTUNE=TRUE times a list of them, tuning.py).
+def _blocks(headdim_padded):
+    return (64, 64) if headdim_padded <= 128 else (32, 32)
+
+
+def _dot_precision(dtype):
+    """fp32 inputs multiply in full fp32 ("ieee"), not TF32: the fp32 path is for accuracy."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+class _Problem:
+    """Strides, lengths and flags shared by the three kernels of one call."""
+
+    def __init__(self, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap,
+                 alibi_slopes, dropout_p, rng_state):
+        self.varlen = cu_seqlens_q is not None
+        if self.varlen:
+            self.batch = cu_seqlens_q.numel() - 1
+            self.seqlen_q, self.seqlen_k = int(max_seqlen_q), int(max_seqlen_k)
+            self.heads, self.headdim = q.shape[1], q.shape[2]
+            self.heads_k = k.shape[1]
+            self.cu_q, self.cu_k = cu_seqlens_q, cu_seqlens_k
+        else:
+            self.batch, self.seqlen_q, self.heads, self.headdim = q.shape
+            self.seqlen_k, self.heads_k = k.shape[1], k.shape[2]
+            self.cu_q = self.cu_k = q  # unread when not varlen; any pointer
+        self.total_q, self.total_k = q.shape[0], k.shape[0]  # varlen: the packed rows, the clamp bound
+        self.group = self.heads // self.heads_k
+        self.left, self.right = window
+        self.softcap = float(softcap)
+        self.slopes = None if alibi_slopes is None else alibi_slopes.float().contiguous()
+        # tl.dot's smallest reduction: 16, and 32 for 8-bit operands on NVIDIA GPUs
+        self.block_d = max(32 if q.dtype == FP8_DTYPE else 16, triton.next_power_of_2(self.headdim))
+        self.block_m, self.block_n = _blocks(self.block_d)
+        self.dtype = q.dtype
+        self.dropout_p = float(dropout_p)
+        self.rng_state = rng_state if rng_state is not None else torch.zeros(2, dtype=torch.int64, device=q.device)
+
+    def strides(self, t):
+        """(batch, row, head) strides of a q/k/v-like tensor; batch 0 for varlen."""
+        if self.varlen:
+            return 0, t.stride(0), t.stride(1)
+        return t.stride(0), t.stride(1), t.stride(2)
+
+    def vector_strides(self, lse):
+        """(batch, head) strides of lse-like vectors: dense (b, h, s), varlen (h, total)."""
+        return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
+
+    def slope_args(self, device):
+        if self.slopes is None:
+            return torch.empty(1, device=device, dtype=torch.float32), 0
+        return self.slopes, (self.slopes.stride(0) if self.slopes.dim() == 2 else 0)
+
+    def query_grid(self):
+        """The grid over query blocks, a function of the launch's meta-parameters (the tile may be tuned)."""
+        return lambda meta: (triton.cdiv(self.seqlen_q, meta["BLOCK_M"]), self.heads, self.batch)
+
+    def key_grid(self):
+        return lambda meta: (triton.cdiv(self.seqlen_k, meta["BLOCK_N"]), self.heads, self.batch)
+
+    def tail_args(self, scale):
+        keep_scale = 1.0 / (1.0 - self.dropout_p)
+        return (self.seqlen_q, self.seqlen_k, self.total_q, self.total_k, self.group, self.headdim, float(scale),
+                self.softcap, self.left, self.right, self.heads, dropout_lib.keep_threshold(self.dropout_p),
+                keep_scale)
+
+    def meta(self):
+        """The constexpr flags, and the fixed tile of an untuned launch (tuning.Launcher)."""
+        return dict(BLOCK_D=self.block_d, VARLEN=self.varlen, HAS_SOFTCAP=self.softcap > 0,
+                    HAS_ALIBI=self.slopes is not None, HAS_DROPOUT=self.dropout_p > 0,
+                    DOT_PRECISION=_dot_precision(self.dtype),
+                    fixed_blocks=dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n))
+
+
+def check_tensors(dtypes=DTYPES, **tensors):
+    """Each given tensor (None: absent) is of one of `dtypes` with a contiguous last dimension;
+    errors name the argument."""
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if t.dtype not in dtypes:
+            names = [str(d).removeprefix("torch.") for d in dtypes]
+            allowed = " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
+            raise TypeError(f"flash_attn Triton backend: {name} must be {allowed}, got {t.dtype}")
+        if t.stride(-1) != 1:
+            raise ValueError(f"flash_attn Triton backend: {name} must have a contiguous last dimension")
+
+
+def keys_contiguous(v):
+    """v with the same shape and values, stored so that each (head, dim) column of keys is contiguous
+    (the key dim's stride 1): the B operand of P.V in the layout Hopper's fp8 MMA reads (it takes
+    8-bit operands K-major only, and P.V reduces over the keys), as Triton's fp8 attention tutorial
+    prepares V. One copy of V per call. Measured without it (H100, hd 128, 16k tokens): the fp8
+    forward at 0.41-0.62x of the bf16 one (benchmarks/experiments/triton_fp8_speed.py)."""
+    if v.dim() == 4:  # dense (batch, seqlen, heads, headdim)
+        return v.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+    return v.permute(1, 2, 0).contiguous().permute(2, 0, 1)  # varlen (total, heads, headdim)
+
+
+def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
+            cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0, rng_state=None, descales=None):
+    """(out, lse). window: (left, right) normalized as reference.normalize_window does; rng_state: the
+    (2,) int64 [seed, offset] of the dropout masks (read only with dropout_p > 0). descales: for
+    float8_e4m3fn q, k, v, their (3, batch, heads_k) float32 descales stacked (fp8.py checks and
+    stacks them); out is then bfloat16."""
+    fp8 = descales is not None
+    check_tensors((FP8_DTYPE,) if fp8 else DTYPES, q=q, k=k, v=v)
+    pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
+                  dropout_p, rng_state)
+    out = torch.empty(q.shape, dtype=FP8_OUT_DTYPE if fp8 else q.dtype, device=q.device)
+    lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
+    lse = torch.full(lse_shape, float("inf"), device=q.device, dtype=torch.float32)
+    if pr.varlen:
+        out.zero_()  # rows outside every sequence
+    if q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0:
+        return out.zero_(), lse
+    slopes, slope_stride = pr.slope_args(q.device)
+    descales = descales if fp8 else slopes  # any pointer when unread
+    if fp8:
+        v = keys_contiguous(v)
+    _forward_kernel(
+        pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, pr.rng_state, descales, *pr.strides(q),
+        *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out), *pr.vector_strides(lse), slope_stride,
+        *(descales.stride()[:2] if fp8 else (0, 0)), *pr.tail_args(softmax_scale), IS_FP8=fp8,
+        INTERPRETER_ROUNDING=fp8 and tuning.interpreting(), **pr.meta())
+    return out, lse
+
+
+def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None,
+             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0,
+             rng_state=None):
+    """(dq, dk, dv) for the forward's (out, lse), with its dropout_p and rng_state."""
+    check_tensors(q=q, k=k, v=v)
+    pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
+                  dropout_p, rng_state)
+    dout = dout.contiguous() if dout.stride(-1) != 1 else dout
+    lse = lse.contiguous()  # D below is laid out like it
+    dq = torch.zeros_like(q)
+    # one dK / dV slice per query head, summed over the query heads of each KV head below
+    slice_shape = (*k.shape[:-2], pr.heads, pr.headdim)
+    dk_slices = torch.zeros(slice_shape, device=k.device, dtype=k.dtype)
+    dv_slices = torch.zeros(slice_shape, device=k.device, dtype=k.dtype)
+    if q.numel() > 0 and k.numel() > 0 and pr.batch > 0:
+        # D = rowsum(dO * O), laid out like lse
+        delta = (dout.float() * out.float()).sum(-1)
+        delta = delta.transpose(0, 1).contiguous() if pr.varlen else delta.transpose(1, 2).contiguous()
+        slopes, slope_stride = pr.slope_args(q.device)
+        common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(dout), *pr.vector_strides(lse),
+                  slope_stride)
+        _dkdv_kernel(pr.key_grid(), q, k, v, dout, lse, delta, dk_slices, dv_slices, pr.cu_q, pr.cu_k, slopes,
+                     pr.rng_state, *common, *pr.strides(dk_slices), *pr.tail_args(softmax_scale), **pr.meta())
+        _dq_kernel(pr.query_grid(), q, k, v, dout, lse, delta, dq, pr.cu_q, pr.cu_k, slopes, pr.rng_state, *common,
+                   *pr.tail_args(softmax_scale), **pr.meta())
+    if pr.group == 1:
+        return dq, dk_slices, dv_slices
+    grouped = (*k.shape[:-2], pr.heads_k, pr.group, pr.headdim)
+    return dq, dk_slices.view(grouped).sum(-2), dv_slices.view(grouped).sum(-2)

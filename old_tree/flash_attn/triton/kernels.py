@@ -1,0 +1,354 @@
+"""Triton kernels of the portable backend (issue #9): forward, and the backward as two kernels
+(dK/dV per key block, dQ per query block: no atomics, so the gradients are deterministic).
+
+Every kernel runs on a grid of (block, query head, batch) over dense tensors (batch, seqlen, heads,
+headdim) or packed varlen ones (total, heads, headdim) whose sequence b is rows [cu[b], cu[b+1]);
+scores follow flash_attn/reference.py (FlashAttention 2's order): s = q.k * scale, then softcap,
+then ALiBi, then the window mask (bottom-right aligned; left / right -1 unbounded).
+The exponentials are base 2 with log2(e) folded into the scores. Dropout keeps element (i, j)
+exactly as csrc/flash/dropout.cuh defines it (Philox4x32-7 bytes, the same counters), so a Triton
+and a CUDA run with the same rng_state drop the same elements. The forward also takes fp8 e4m3
+inputs with descales (IS_FP8, fp8_kernels.py). Tiles (BLOCK_M, BLOCK_N, warps, stages) are the
+host's or autotuned (tuning.py).
+"""
+
+import triton
+import triton.language as tl
+
+from .fp8_kernels import _descaled_scales, _output, _pv_operand
+
+LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr: jit functions read only those globals
+
+
+@triton.jit
+def _sequence(cu_ptr, batch, seqlen, total, VARLEN: tl.constexpr):
+    """(first row, length) of sequence `batch`: from cu_seqlens (varlen) or (0, seqlen) (dense).
+    Varlen metadata is clamped as the CUDA kernels' SequenceView clamps it: each entry into
+    [0, total] (the packed tensor's rows), each length to at most seqlen (max_seqlen), so no
+    cu_seqlens makes a kernel touch rows outside the tensors."""
+    if VARLEN:
+        first = tl.minimum(tl.maximum(tl.load(cu_ptr + batch), 0), total)
+        end = tl.minimum(tl.maximum(tl.load(cu_ptr + batch + 1), first), total)
+        length = tl.minimum(end - first, seqlen)
+    else:
+        first = 0
+        length = seqlen
+    return first, length
+
+
+@triton.jit
+def _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN: tl.constexpr):
+    """(q_first, len_q, k_first, len_k) of sequence `batch`: _sequence for the queries and the keys."""
+    q_first, len_q = _sequence(CuQ, batch, seqlen_q, total_q, VARLEN)
+    k_first, len_k = _sequence(CuK, batch, seqlen_k, total_k, VARLEN)
+    return q_first, len_q, k_first, len_k
+
+
+@triton.jit
+def _tanh(x):
+    """tanh to about fp32 rounding everywhere: the Taylor series to x^15 below |x| = 0.4 (next term
+    under 1e-10 relative there), (1 - e) / (1 + e) with e = exp(-2|x|) <= 0.45 above, where 1 - e
+    does not cancel. (2 sigmoid(2x) - 1 cancels near 0: 1e-6 absolute errors on softcapped scores
+    failed the fp32 tolerance rule on short rows.)"""
+    x2 = x * x
+    series = x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (
+        62.0 / 2835.0 + x2 * (-1382.0 / 155925.0 + x2 * (21844.0 / 6081075.0 + x2 * (-929569.0 / 638512875.0))))))))
+    e = tl.exp(-2.0 * tl.abs(x))
+    far = (1.0 - e) / (1.0 + e)
+    return tl.where(tl.abs(x) < 0.4, series, tl.where(x < 0, -far, far))
+
+
+@triton.jit
+def _philox4x32_7(c0, c1, c2, c3, k0, k1):
+    """Philox4x32 with dropout.cuh's kPhiloxRounds (7) rounds on uint32 tensors of one shape."""
+    for _ in tl.static_range(7):
+        hi0 = tl.umulhi(c0, tl.full(c0.shape, 0xD2511F53, tl.uint32))
+        lo0 = c0 * tl.full(c0.shape, 0xD2511F53, tl.uint32)
+        hi1 = tl.umulhi(c2, tl.full(c0.shape, 0xCD9E8D57, tl.uint32))
+        lo1 = c2 * tl.full(c0.shape, 0xCD9E8D57, tl.uint32)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0 = k0 + tl.full(k0.shape, 0x9E3779B9, tl.uint32)
+        k1 = k1 + tl.full(k1.shape, 0xBB67AE85, tl.uint32)
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _dropout_keep(rows, cols, Rng, batch, heads, head, threshold):
+    """Bool (BLOCK_M, BLOCK_N): element (query row, key col) of (batch, head) is kept, from the
+    (seed, offset) int64 pair at Rng (dropout.cuh: counter (j // 16, (i // 16) * 16 + v, stream),
+    v = 4 ((i % 8) / 2) + (j % 8) / 2, stream = offset + batch * heads + head, key = seed; word
+    2 (i % 2) + j % 2, byte 2 ((i % 16) / 8) + (j % 16) / 8; kept iff the byte < threshold). One
+    Philox call per element: 16 times the work of the CUDA kernels' one call per 16 bytes."""
+    seed = tl.load(Rng)
+    stream = tl.load(Rng + 1) + batch * heads + head
+    i = rows[:, None]
+    j = cols[None, :]
+    zero = (i * 0 + j * 0).to(tl.uint32)
+    c0 = (j // 16).to(tl.uint32) + zero
+    c1 = ((i // 16) * 16 + 4 * ((i % 8) // 2) + (j % 8) // 2).to(tl.uint32) + zero
+    c2 = zero + (stream & 0xFFFFFFFF).to(tl.uint32)
+    c3 = zero + (stream >> 32).to(tl.uint32)
+    k0 = zero + (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = zero + (seed >> 32).to(tl.uint32)
+    w0, w1, w2, w3 = _philox4x32_7(c0, c1, c2, c3, k0, k1)
+    word_index = 2 * (i % 2) + j % 2
+    word = tl.where(word_index == 0, w0, tl.where(word_index == 1, w1, tl.where(word_index == 2, w2, w3)))
+    shift = (8 * (2 * ((i % 16) // 8) + (j % 16) // 8)).to(tl.uint32)
+    return ((word >> shift) & 0xFF).to(tl.int32) < threshold
+
+
+@triton.jit
+def _scores(q, k, rows, cols, seqlen_q, seqlen_k, scale, softcap, slope, left, right,
+            HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Final scores (BLOCK_M, BLOCK_N) of q (BLOCK_M, D) against k (BLOCK_N, D), -inf where masked,
+    and t = tanh(q.k * scale / softcap) (1 without softcap) for the backward's chain rule."""
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
+    t = tl.full(s.shape, 1.0, tl.float32)
+    if HAS_SOFTCAP:
+        t = _tanh(s / softcap)
+        s = softcap * t
+    diagonal = rows[:, None] + (seqlen_k - seqlen_q)
+    if HAS_ALIBI:
+        distance = diagonal - cols[None, :]
+        s = s - slope * tl.where(distance < 0, -distance, distance).to(tl.float32)
+    visible = (cols[None, :] < seqlen_k) & (rows[:, None] < seqlen_q)
+    if right >= 0:
+        visible = visible & (cols[None, :] <= diagonal + right)
+    if left >= 0:
+        visible = visible & (cols[None, :] >= diagonal - left)
+    return tl.where(visible, s, float("-inf")), t
+
+
+@triton.jit
+def _key_range(m0, block_m, seqlen_q, seqlen_k, left, right, BLOCK_N: tl.constexpr):
+    """Keys [lo, hi) that queries [m0, m0 + block_m) can see, lo a multiple of BLOCK_N."""
+    diagonal = seqlen_k - seqlen_q
+    hi = seqlen_k
+    if right >= 0:
+        hi = tl.minimum(hi, m0 + block_m - 1 + diagonal + right + 1)
+    lo = 0
+    if left >= 0:
+        lo = tl.maximum(0, m0 + diagonal - left) // BLOCK_N * BLOCK_N
+    return lo, hi
+
+
+@triton.jit
+def _query_range(n0, block_n, seqlen_q, seqlen_k, left, right, BLOCK_M: tl.constexpr):
+    """Queries [lo, hi) that can see some key of [n0, n0 + block_n), lo a multiple of BLOCK_M."""
+    diagonal = seqlen_k - seqlen_q
+    lo = 0
+    if right >= 0:
+        lo = tl.maximum(0, n0 - diagonal - right) // BLOCK_M * BLOCK_M
+    hi = seqlen_q
+    if left >= 0:
+        hi = tl.minimum(hi, n0 + block_n - 1 - diagonal + left + 1)
+    return lo, hi
+
+
+@triton.jit
+def _row_block(batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h):
+    """Offsets and mask of a (len(rows), BLOCK_D) block: rows `rows` of sequence `batch` (whose
+    first row is `first`, `length` long) in head `head` of a q/k/v-like tensor."""
+    offsets = batch * stride_b + (first + rows[:, None]) * stride_s + head * stride_h + dims[None, :]
+    return offsets, (rows[:, None] < length) & (dims[None, :] < headdim)
+
+
+@triton.jit
+def _load_row_block(ptr, batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h):
+    offsets, mask = _row_block(batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h)
+    return tl.load(ptr + offsets, mask=mask, other=0.0)
+
+
+@triton.jit
+def _load_row_block_strided(ptr, batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h,
+                            stride_d):
+    """_load_row_block of a tensor whose last dim has stride stride_d: the fp8 forward's V, stored
+    keys-contiguous (attention.forward says why); stride_d == 1 elsewhere, which Triton specializes."""
+    offsets, mask = _row_block(batch, first, rows, length, head, dims * stride_d, headdim * stride_d, stride_b,
+                               stride_s, stride_h)
+    return tl.load(ptr + offsets, mask=mask, other=0.0)
+
+
+@triton.jit
+def _row_statistics(Lse, Delta, batch, head, first, rows, length, stride_lb, stride_lh):
+    """The forward's lse and D = rowsum(dO * O) of the rows (+inf and 0 past the sequence)."""
+    offsets = batch * stride_lb + head * stride_lh + first + rows
+    return (tl.load(Lse + offsets, mask=rows < length, other=float("inf")),
+            tl.load(Delta + offsets, mask=rows < length, other=0.0))
+
+
+@triton.jit
+def _online_softmax(s, m_i, l_i):
+    """One key block of the online softmax: s the block's final scores (-inf where masked), m_i / l_i
+    the rows' running maximum and sum (base 2). Returns p = exp2(s - max) unnormalized, the factor
+    alpha that rescales what was accumulated before, and the new m_i, l_i."""
+    s = s * LOG2E
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that see no key yet
+    p = tl.exp2(s - m_base[:, None])
+    alpha = tl.exp2(m_i - m_base)
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
+def _normalized_rows(acc, m_i, l_i, keep_scale):
+    """(out, lse) of rows at the end of the key walk: out = acc / l (times dropout's 1 / keep_prob),
+    and for a row that saw no key out 0 and lse +inf (flash_attn/reference.py's convention)."""
+    seen = l_i > 0
+    out = acc * (keep_scale / tl.where(seen, l_i, 1.0))[:, None]
+    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) / LOG2E, float("inf"))
+    return out, lse
+
+
+@triton.jit
+def _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI: tl.constexpr):
+    slope = 0.0
+    if HAS_ALIBI:
+        slope = tl.load(Slopes + batch * stride_slope_b + head)
+    return slope
+
+
+@triton.jit
+def attention_forward_kernel(
+        Q, K, V, Out, Lse, CuQ, CuK, Slopes, Rng, Descales,
+        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_vd,
+        stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b, stride_descale_t, stride_descale_b,
+        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
+        keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        IS_FP8: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr):
+    """Out and Lse of one query block. IS_FP8: q, k, v are e4m3 with the descales of Descales
+    (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16)."""
+    m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
+    m0 = m_block * BLOCK_M
+    if m0 < len_q:
+        rows = m0 + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, BLOCK_D)
+        kv_head = head // group
+        q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh)
+        slope = _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI)
+        score_scale, out_scale = scale, keep_scale
+        if IS_FP8:
+            score_scale, out_scale = _descaled_scales(Descales, batch, kv_head, stride_descale_t, stride_descale_b,
+                                                      scale, keep_scale)
+        m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BLOCK_M,), tl.float32)
+        acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+        lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
+        for n0 in range(lo, hi, BLOCK_N):
+            cols = n0 + tl.arange(0, BLOCK_N)
+            k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh)
+            v = _load_row_block_strided(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs,
+                                        stride_vh, stride_vd)
+            s, _ = _scores(q, k, rows, cols, len_q, len_k, score_scale, softcap, slope, left, right, HAS_SOFTCAP,
+                           HAS_ALIBI, DOT_PRECISION)
+            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i)  # the softmax normalizes before dropout
+            if HAS_DROPOUT:
+                p = tl.where(_dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold), p, 0.0)
+            acc = acc * alpha[:, None] + tl.dot(_pv_operand(p, v.dtype, INTERPRETER_ROUNDING), v,
+                                                input_precision=DOT_PRECISION)
+        out, lse = _normalized_rows(acc, m_i, l_i, out_scale)
+        out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
+                                           stride_oh)
+        tl.store(Out + out_offsets, _output(out, Out.dtype.element_ty, INTERPRETER_ROUNDING), mask=out_mask)
+        tl.store(Lse + batch * stride_lb + head * stride_lh + q_first + rows, lse, mask=rows < len_q)
+
+
+@triton.jit
+def _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
+                   HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """P (BLOCK_M, BLOCK_N) recomputed from the forward's lse, and dS/d(q.k) per unit of dS:
+    scale, times 1 - t^2 with softcap."""
+    s, t = _scores(q, k, rows, cols, len_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI,
+                   DOT_PRECISION)
+    p = tl.exp2((s - lse[:, None]) * LOG2E)
+    chain = tl.full(s.shape, 1.0, tl.float32) * scale
+    if HAS_SOFTCAP:
+        chain = chain * (1.0 - t * t)
+    return p, chain
+
+
+@triton.jit
+def attention_backward_dkdv_kernel(
+        Q, K, V, DOut, Lse, Delta, DK, DV, CuQ, CuK, Slopes, Rng,
+        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+        stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
+        stride_gb, stride_gs, stride_gh,
+        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
+        keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """dK, dV of one key block for one query head (DK, DV hold one slice per query head, strides
+    stride_g*; the caller sums the slices of a KV head)."""
+    n_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
+    n0 = n_block * BLOCK_N
+    if n0 < len_k:
+        cols = n0 + tl.arange(0, BLOCK_N)
+        dims = tl.arange(0, BLOCK_D)
+        kv_head = head // group
+        k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh)
+        v = _load_row_block(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs, stride_vh)
+        slope = _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI)
+        dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+        dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+        lo, hi = _query_range(n0, BLOCK_N, len_q, len_k, left, right, BLOCK_M)
+        for m0 in range(lo, hi, BLOCK_M):
+            rows = m0 + tl.arange(0, BLOCK_M)
+            q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh)
+            do = _load_row_block(DOut, batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
+                                 stride_oh)
+            lse, delta = _row_statistics(Lse, Delta, batch, head, q_first, rows, len_q, stride_lb, stride_lh)
+            p, chain = _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
+                                      HAS_SOFTCAP, HAS_ALIBI, DOT_PRECISION)
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            p_out = p  # P as the output saw it: dropped entries 0, kept ones scaled
+            if HAS_DROPOUT:
+                keep = _dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold)
+                p_out = tl.where(keep, p * keep_scale, 0.0)
+                dp = tl.where(keep, dp * keep_scale, 0.0)
+            dv += tl.dot(tl.trans(p_out.to(do.dtype)), do, input_precision=DOT_PRECISION)
+            ds = p * (dp - delta[:, None]) * chain
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=DOT_PRECISION)
+        g_offsets, g_mask = _row_block(batch, k_first, cols, len_k, head, dims, headdim, stride_gb, stride_gs,
+                                       stride_gh)
+        tl.store(DK + g_offsets, dk.to(DK.dtype.element_ty), mask=g_mask)
+        tl.store(DV + g_offsets, dv.to(DV.dtype.element_ty), mask=g_mask)
+
+
+@triton.jit
+def attention_backward_dq_kernel(
+        Q, K, V, DOut, Lse, Delta, DQ, CuQ, CuK, Slopes, Rng,
+        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+        stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
+        seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
+        keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """dQ of one query block (DQ laid out like Q)."""
+    m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
+    m0 = m_block * BLOCK_M
+    if m0 < len_q:
+        rows = m0 + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, BLOCK_D)
+        kv_head = head // group
+        q_offsets, q_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs,
+                                       stride_qh)
+        q = tl.load(Q + q_offsets, mask=q_mask, other=0.0)
+        do = _load_row_block(DOut, batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os, stride_oh)
+        lse, delta = _row_statistics(Lse, Delta, batch, head, q_first, rows, len_q, stride_lb, stride_lh)
+        slope = _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI)
+        dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+        lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
+        for n0 in range(lo, hi, BLOCK_N):
+            cols = n0 + tl.arange(0, BLOCK_N)
+            k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh)
+            v = _load_row_block(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs, stride_vh)
+            p, chain = _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
+                                      HAS_SOFTCAP, HAS_ALIBI, DOT_PRECISION)
+            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+            if HAS_DROPOUT:
+                dp = tl.where(_dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold), dp * keep_scale, 0.0)
+            ds = p * (dp - delta[:, None]) * chain
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
+        tl.store(DQ + q_offsets, dq.to(DQ.dtype.element_ty), mask=q_mask)

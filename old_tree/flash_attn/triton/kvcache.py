@@ -1,0 +1,107 @@
+"""Host side of flash_attn_with_kvcache on the Triton backend (issue #9): the op
+flash_attn::triton_fwd_kvcache (flash_attn/triton/ops.py) with fwd_kvcache's arguments, already
+normalized by flash_attn/kvcache.py (cache_seqlens an int32 (batch,) tensor, the window resolved).
+
+1. kvcache_append_kernel writes the new k / v tokens (k rotated) into their cache slots, in place;
+2. kvcache_attention_kernel runs each (query block, head, batch entry) over one of num_splits parts
+   of its attended keys, writing float32 partial outputs and lse;
+3. the parts are combined here (a log-sum-exp over the splits), in torch.
+Semantics and clamping: flash_attn/reference_kvcache.py. Works on any head dim (no padding needed).
+"""
+
+import torch
+import triton
+
+from ..reference_kvcache import cache_capacity
+from . import tuning
+from .attention import _dot_precision, check_tensors
+from .kvcache_kernels import kvcache_append_kernel, kvcache_attention_kernel
+
+APPEND_BLOCK_T = 16
+MAX_AUTO_SPLITS = 16  # num_splits=0 never splits a sequence's keys further
+# The attention kernel's autotuner key (tuning.py); BLOCK_M stays the host's (it follows seqlen_q),
+# BLOCK_N is tuned. The number of splits is chosen with the fixed BLOCK_N: a tuned one only moves
+# the split boundaries (a split past the keys is empty and weighs nothing in the combine).
+TUNING_KEY = ("seqlen_q", "seqlen_new", "capacity", "group", "headdim", "left", "right", "splits", "PAGED",
+              "HAS_SOFTCAP", "HAS_ALIBI", "BLOCK_M")
+_attention_kernel = tuning.Launcher(kvcache_attention_kernel, tuning.KVCACHE_TILES, TUNING_KEY,
+                                    tuning.INTERPRETER_TILES["kvcache"])
+
+
+def _blocks(seqlen_q, block_d):
+    """(BLOCK_M, BLOCK_N): 16-row query blocks for decoding (tl.dot's smallest), 64 otherwise;
+    32-key blocks above head dim 128, as the attention kernels' tiles. Fixed unless autotuned."""
+    return (16 if seqlen_q <= 16 else 64), (64 if block_d <= 128 else 32)
+
+
+def _num_splits(requested, programs, key_blocks, device):
+    """requested > 0: that many (at most one per key block); 0: enough splits for about one program
+    per SM when the (query block, head, batch) programs are fewer than the SMs."""
+    if requested > 0:
+        return max(1, min(requested, key_blocks))
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    if programs >= sms:
+        return 1
+    return max(1, min(sms // max(programs, 1), key_blocks, MAX_AUTO_SPLITS))
+
+
+def _combine(out_parts, lse_parts):
+    """(out (b, sq, h, d), lse (b, h, sq)) float32 from num_splits parts (splits, b, sq, h, d) and
+    (splits, b, h, sq); a part with no visible key has lse +inf (the kernels' convention) and weight 0."""
+    if out_parts.shape[0] == 1:
+        return out_parts[0], lse_parts[0]
+    parts = torch.where(torch.isposinf(lse_parts), float("-inf"), lse_parts)
+    lse = torch.logsumexp(parts, 0)
+    weights = torch.nan_to_num(torch.exp(parts - lse), nan=0.0)  # -inf - -inf: no key in any part
+    out = (weights.transpose(-1, -2).unsqueeze(-1) * out_parts).sum(0)
+    return out, torch.where(torch.isneginf(lse), float("inf"), lse)
+
+
+def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                    block_table, softmax_scale, window, softcap, rotary_interleaved, alibi_slopes, num_splits):
+    """fwd_kvcache's semantics (reference_kvcache.forward_kvcache): appends in place, returns (out in q's
+    dtype, lse float32 (batch, heads, seqlen_q))."""
+    check_tensors(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
+    batch, seqlen_q, heads, headdim = q.shape
+    slabs, slab_rows, heads_k = k_cache.shape[:3]
+    paged = block_table is not None
+    capacity = cache_capacity(k_cache, block_table)
+    page_size, max_pages = (slab_rows, block_table.shape[1]) if paged else (1, 1)
+    block_d = max(16, triton.next_power_of_2(headdim))
+    block_m, block_n = _blocks(seqlen_q, block_d)
+    unused = torch.zeros(1, dtype=torch.int32, device=q.device)  # for the absent optional tensors
+    has_rotary = rotary_cos is not None
+    cos, sin = (rotary_cos, rotary_sin) if has_rotary else (unused, unused)
+    rotary_rows, rotary_half = (cos.shape[0], cos.shape[1]) if has_rotary else (1, 0)
+    batch_idx, leftpad = (unused if t is None else t for t in (cache_batch_idx, cache_leftpad))
+    table = block_table if paged else unused
+    stride_bt = block_table.stride(0) if paged else 0
+    cache_strides = (*k_cache.stride()[:3], *v_cache.stride()[:3])
+    seqlen_new = 0 if k is None else k.shape[1]
+    if seqlen_new > 0 and batch > 0:
+        kvcache_append_kernel[(triton.cdiv(seqlen_new, APPEND_BLOCK_T), heads_k, batch)](
+            k, v, k_cache, v_cache, cache_seqlens, batch_idx, table, cos, sin, *k.stride()[:3], *v.stride()[:3],
+            *cache_strides, stride_bt, cos.stride(0) if has_rotary else 0, seqlen_new, capacity, slabs, page_size,
+            max_pages, headdim, rotary_rows, rotary_half, BLOCK_T=APPEND_BLOCK_T, BLOCK_D=block_d, PAGED=paged,
+            HAS_BATCH_IDX=cache_batch_idx is not None, HAS_ROTARY=has_rotary, INTERLEAVED=bool(rotary_interleaved),
+            enable_fp_fusion=False)  # the rotation rounds each product, as layers/rotary.py does
+    m_blocks = triton.cdiv(seqlen_q, block_m)
+    splits = _num_splits(num_splits, m_blocks * heads * batch, max(1, triton.cdiv(capacity, block_n)), q.device)
+    out_parts = torch.zeros((splits, batch, seqlen_q, heads, headdim), dtype=torch.float32, device=q.device)
+    lse_parts = torch.full((splits, batch, heads, seqlen_q), float("inf"), dtype=torch.float32, device=q.device)
+    if q.numel() > 0:
+        slopes = unused.float() if alibi_slopes is None else alibi_slopes.float().contiguous()
+        slope_stride = slopes.stride(0) if alibi_slopes is not None and slopes.dim() == 2 else 0
+        left, right = window
+        _attention_kernel(
+            (m_blocks, heads, batch * splits), q, k_cache, v_cache, out_parts, lse_parts, cache_seqlens, batch_idx,
+            leftpad, table, slopes, cos, sin,
+            *q.stride()[:3], *cache_strides, *out_parts.stride()[:4], *lse_parts.stride()[:3], stride_bt, slope_stride,
+            cos.stride(0) if has_rotary else 0, seqlen_q, seqlen_new, capacity, slabs, page_size, max_pages,
+            heads // heads_k, headdim, rotary_rows, rotary_half, float(softmax_scale), float(softcap), left, right,
+            splits, BLOCK_M=block_m, fixed_blocks=dict(BLOCK_N=block_n), BLOCK_D=block_d, PAGED=paged,
+            HAS_BATCH_IDX=cache_batch_idx is not None, HAS_LEFTPAD=cache_leftpad is not None, HAS_ROTARY=has_rotary,
+            INTERLEAVED=bool(rotary_interleaved), ROTARY_PER_TOKEN=left >= 0 or right >= 0,
+            HAS_SOFTCAP=softcap > 0, HAS_ALIBI=alibi_slopes is not None, DOT_PRECISION=_dot_precision(q.dtype))
+    out, lse = _combine(out_parts, lse_parts)
+    return out.to(q.dtype), lse

@@ -1,0 +1,113 @@
+"""Tile choice of the Triton backend's kernels: fixed tiles, or FlashAttention's
+FLASH_ATTENTION_TRITON_AMD_AUTOTUNE="TRUE", which autotunes each kernel over a small config list
+(block sizes, num_warps, num_stages) and caches the winner per shape key, as FlashAttention's AMD
+Triton backend does. The variable is read per call, like FLASH_ATTENTION_TRITON_AMD_ENABLE.
+
+Without it, each kernel launches with the fixed tile its host chooses (attention._blocks,
+kvcache._blocks) and Triton's default num_warps / num_stages, exactly as before autotuning existed.
+
+With it, the first call of a shape key times every config that fits the head dim (triton.autotune,
+its cache in memory for the process) and later calls reuse the winner; the key is the kernel's
+lengths, heads, head dim and flags (not the batch, so varlen batches of varying total length do not
+tune again), plus the tensors' dtypes. The first call of each key is slow (every config compiles
+and runs), so warm up before capturing a CUDA graph. Under Triton's interpreter (TRITON_INTERPRET=1)
+the configs are timed with the host clock over two tiles, which keeps the machinery (keys, cache,
+grids from the chosen tile) tested on machines without a GPU; the GPU lists below are not timed
+anywhere yet.
+"""
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import triton
+import triton.testing
+
+AUTOTUNE_VARIABLE = "FLASH_ATTENTION_TRITON_AMD_AUTOTUNE"
+
+# A tile is tried when each of its row blocks times the padded head dim stays within this many
+# elements (128 x 128), the bound the fixed tiles keep (32 x 32 above head dim 128): larger fp32
+# accumulators are expected to spill. An unmeasured guess; a config that does not compile (out of
+# shared memory) is skipped by the autotuner itself.
+MAX_TILE_ELEMENTS = 128 * 128
+
+
+def enabled():
+    """Whether FLASH_ATTENTION_TRITON_AMD_AUTOTUNE asks for autotuning (read per call)."""
+    return os.environ.get(AUTOTUNE_VARIABLE, "").upper() == "TRUE"
+
+
+def interpreting():
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One config: block sizes (block_m None where the host fixes BLOCK_M), num_warps, num_stages."""
+
+    block_m: Optional[int]
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def config(self):
+        blocks = {"BLOCK_N": self.block_n}
+        if self.block_m is not None:
+            blocks["BLOCK_M"] = self.block_m
+        return triton.Config(blocks, num_warps=self.num_warps, num_stages=self.num_stages)
+
+
+# The GPU lists start with the fixed tiles (64 x 64, 32 x 32 above head dim 128, Triton's default
+# 4 warps and 3 stages) and add larger and pipelined variants in the spirit of FlashAttention's AMD
+# sweep, kept short because every config compiles on the first call of each key.
+FORWARD_TILES = (Tile(64, 64), Tile(32, 32), Tile(128, 64, 8, 3), Tile(128, 64, 4, 2), Tile(128, 128, 8, 2),
+                 Tile(64, 32, 4, 4))
+BACKWARD_TILES = (Tile(64, 64), Tile(32, 32), Tile(32, 64, 4, 3), Tile(64, 32, 4, 3), Tile(64, 128, 8, 2),
+                  Tile(128, 64, 8, 2))
+KVCACHE_TILES = (Tile(None, 64), Tile(None, 32), Tile(None, 128, 4, 3), Tile(None, 128, 8, 2), Tile(None, 64, 8, 3))
+INTERPRETER_TILES = {"attention": (Tile(32, 32), Tile(64, 64)), "kvcache": (Tile(None, 32), Tile(None, 64))}
+
+
+def fits(config, block_d):
+    """Whether a config's row blocks times the head dim stay within MAX_TILE_ELEMENTS."""
+    rows = max(config.kwargs.get("BLOCK_M", 0), config.kwargs["BLOCK_N"])
+    return rows * block_d <= MAX_TILE_ELEMENTS
+
+
+def _fitting(configs, named_args, **kwargs):
+    """triton.autotune's early_config_prune: the configs that fit the call's head dim, at least one
+    (the smallest) so that every head dim runs."""
+    block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D"))
+    kept = [config for config in configs if fits(config, block_d)]
+    return kept or [min(configs, key=lambda config: config.kwargs["BLOCK_N"])]
+
+
+def _bench(kernel_call, quantiles):
+    """Time of one config: triton.testing.do_bench on a GPU; under the interpreter one call timed
+    with the host clock (the interpreter has no device timer)."""
+    if interpreting():
+        start = time.perf_counter()
+        kernel_call()
+        return [(time.perf_counter() - start) * 1e3] * len(quantiles)
+    return triton.testing.do_bench(kernel_call, quantiles=quantiles)
+
+
+class Launcher:
+    """Launches one kernel with the host's fixed blocks, or autotuned when enabled() is true.
+
+    tiles: the GPU config list; key: the kernel arguments the autotuner's cache is keyed on."""
+
+    def __init__(self, kernel, tiles, key, interpreter_tiles):
+        self.kernel = kernel
+        tiles = interpreter_tiles if interpreting() else tiles
+        self.tuned = triton.autotune(configs=[tile.config() for tile in tiles], key=list(key),
+                                     prune_configs_by={"early_config_prune": _fitting}, do_bench=_bench)(kernel)
+
+    def __call__(self, grid, *args, fixed_blocks, **meta):
+        """grid: a function of the launch's meta-parameters (BLOCK_M / BLOCK_N included);
+        fixed_blocks: the blocks of the untuned launch, which the autotuner chooses itself."""
+        if enabled():
+            self.tuned[grid](*args, **meta)
+        else:
+            self.kernel[grid](*args, **fixed_blocks, **meta)

@@ -1,0 +1,1 @@
+"""Helpers with FlashAttention 2's module paths (`flash_attn.utils.generation`)."""

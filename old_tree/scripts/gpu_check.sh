@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build, GPU tests, quick benchmark; the short tables print last.
+#
+#   scripts/gpu_check.sh                 # all stages
+#   STAGES="build test" scripts/gpu_check.sh
+#   PYTEST_ARGS="-k fwd" BENCH_ARGS="--suite speed" scripts/gpu_check.sh
+#   STAGES="sweep" scripts/gpu_check.sh  # tile sweep only (benchmarks/experiments/tile_sweep.cu)
+#   STAGES="build sanitize" scripts/gpu_check.sh  # compute-sanitizer memcheck of the varlen and kvcache bad-metadata tests
+#   STAGES="triton" scripts/gpu_check.sh  # the Triton backend's tests alone (tests/test_triton_*.py, no build
+#     needed): ~11 s a case on an H100, mostly kernel compilation, so the test stage leaves those files to this stage
+#   STAGES="sweep" SWEEP_ARGS="64 8192 0;128 2048 1" scripts/gpu_check.sh
+#   STAGES="build ab" AB_SCRIPT=benchmarks/experiments/scheduler_ab.py scripts/gpu_check.sh
+#     before/after: builds the baseline tree in ./old_tree (an ignored export of the commit before,
+#     carried with the call) in place (AB_HDIMS, AB_DTYPES: 64;128 and bf16), runs AB_SCRIPT with AB_BASE_ARGS on it and on this tree,
+#     each in its own process, one after the other, AB_ROUNDS times (default 1)
+#
+# Build variables pass through (FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, FLASH_ATTN_CUDA_ARCHS, default
+# here: 90, the machine's arch). The build and test logs (check.log) and the benchmark results
+# (bench/, 6 files) go to $OUT, which the device tool brings back (8 files at most), else to
+# ./gpu_check_out.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_check_out}
+mkdir -p "$OUT"; export OUT
+STAGES=${STAGES:-"build test bench"}
+export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90}
+summary=()
+
+LOG=$OUT/check.log
+# Per-stage time limits (seconds) so one stuck stage leaves time for the others' output.
+declare -A LIMIT=([build]=${BUILD_LIMIT:-300} [test]=${TEST_LIMIT:-300} [bench]=${BENCH_LIMIT:-240}
+                  [sweep]=${SWEEP_LIMIT:-150} [sanitize]=${SANITIZE_LIMIT:-200} [ab]=${AB_LIMIT:-300}
+                  [triton]=${TRITON_LIMIT:-480})
+stage() {  # stage NAME COMMAND...: runs, appends its output to $LOG, records wall time and status
+  local name=$1; shift
+  local start=$SECONDS
+  echo "===== $name" >> "$LOG"
+  timeout "${LIMIT[$name]}" "$@" 2>&1 | tee /tmp/.stage.log >> "$LOG"
+  local status=${PIPESTATUS[0]}
+  summary+=("$name: exit $status in $((SECONDS - start)) s")
+  return $status
+}
+
+build() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+  echo "MAX_JOBS=$MAX_JOBS FLASH_ATTN_CUDA_ARCHS=$FLASH_ATTN_CUDA_ARCHS FLASH_ATTN_HDIMS=${FLASH_ATTN_HDIMS:-all}" \
+       "FLASH_ATTN_DTYPES=${FLASH_ATTN_DTYPES:-all}"
+  rm -rf build
+  # peak machine memory in use during the build, sampled each second (parallel nvcc jobs add up)
+  local base; base=$(free -m | awk '/Mem:/ {print $3}')
+  (peak=0; while sleep 1; do used=$(free -m | awk '/Mem:/ {print $3}'); ((used > peak)) && peak=$used; \
+    echo "$peak" > /tmp/.build_peak_mb; done) &
+  local sampler=$! start=$SECONDS
+  python3 -m pip install --no-build-isolation --no-deps -e . 2>&1 | grep -E "error|Error|Successfully|warning: C" || true
+  kill $sampler
+  echo "build wall time: $((SECONDS - start)) s; peak memory in use: $(cat /tmp/.build_peak_mb) MB (before: $base MB)"
+  python3 -c "import flash_attn.ops as o; assert o.has_cuda_kernels(), o.cuda_kernels_unavailable_reason(); \
+print('compiled', sorted((str(d), h) for d, h in o.compiled_configs()))"
+}
+
+if [[ $STAGES == *build* ]]; then
+  export -f build
+  stage build bash -c build; cat /tmp/.stage.log
+fi
+if [[ $STAGES == *test* ]]; then
+  stage test python3 -m pytest -q --maxfail=10 --durations=15 -p no:cacheprovider tests \
+    --ignore-glob='tests/test_triton_*.py' ${PYTEST_ARGS:-}
+  tail -n 40 /tmp/.stage.log
+fi
+if [[ $STAGES == *triton* ]]; then
+  stage triton python3 -m pytest -q --maxfail=10 -p no:cacheprovider tests/test_triton_*.py ${PYTEST_ARGS:-}
+  tail -n 20 /tmp/.stage.log
+fi
+if [[ $STAGES == *sanitize* ]]; then  # memcheck: no kernel reads or writes outside its tensors
+  stage sanitize compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_gpu_features.py tests/test_gpu_kvcache.py -k sanitizer
+  tail -n 30 /tmp/.stage.log
+fi
+if [[ $STAGES == *bench* ]]; then
+  stage bench python3 -m flash_attn.benchmark --quick --out "$OUT/bench" ${BENCH_ARGS:-}
+  grep -v "^\[" /tmp/.stage.log | tail -n 150
+fi
+if [[ $STAGES == *sweep* ]]; then  # tile-configuration sweep, torch-free (benchmarks/experiments)
+  # SWEEP_ARGS: selections separated by ';', each "headdim [seqlen [causal]]" (default: all)
+  stage sweep bash -c "nvcc -O3 --expt-relaxed-constexpr -I csrc -gencode=arch=compute_90a,code=sm_90a \
+    benchmarks/experiments/tile_sweep.cu -o /tmp/tile_sweep && IFS=';' && for args in \${SWEEP_ARGS:-''}; do \
+    IFS=' '; /tmp/tile_sweep \$args; done"
+  cat /tmp/.stage.log
+fi
+if [[ $STAGES == *ab* ]]; then
+  ab() {
+    (cd old_tree && FLASH_ATTN_HDIMS=${AB_HDIMS:-"64;128"} FLASH_ATTN_DTYPES=${AB_DTYPES:-bf16} \
+      python3 setup.py build_ext --inplace 2>&1 | grep -E "error|Error" ; true)
+    # from /tmp, so that neither tree's directory shadows PYTHONPATH
+    local root=$PWD
+    for round in $(seq "${AB_ROUNDS:-1}"); do  # rounds alternate the two, so that drift shows
+      (cd /tmp && PYTHONPATH=$root/old_tree python3 "$root/$AB_SCRIPT" --label before ${AB_BASE_ARGS:-})
+      (cd /tmp && python3 "$root/$AB_SCRIPT" --label after ${AB_ARGS:-})
+    done
+  }
+  export -f ab
+  stage ab bash -c ab; cat /tmp/.stage.log
+fi
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,244 @@
+"""The Hopper (sm_90a) forward and backward: their arch layer on its own, which kernels run, and the
+sm80 kernels that A100-class GPUs run for the same head dims, forced on Hopper with
+FLASH_ATTN_DISABLE_SM90=1, and the two Hopper forwards and backwards forced with FLASH_ATTN_SM90_FWD
+and FLASH_ATTN_SM90_BWD (ws: the warp-specialized TMA kernels; cpasync: the ones that run on short
+hd-64 walks and where no tensor map can be built). The sm90 kernels themselves are checked against the reference by
+test_gpu_attention.py, which on an H100/H200 runs them for every head dim they serve (64 and 128,
+the forward also at 96, 192 and 256, and those padded to them).
+"""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+import flash_attn
+from feature_checks import Mods, check_dense, check_varlen
+from helpers import GPU_TEST_MARKS, check_flash_attn, require_kernel
+
+pytestmark = GPU_TEST_MARKS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _is_hopper():
+    return torch.cuda.get_device_capability() == (9, 0)
+
+
+def _nvcc():
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    candidate = os.path.join(cuda_home, "bin", "nvcc")
+    return candidate if os.path.exists(candidate) else shutil.which("nvcc")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+def test_wgmma_operand_layouts(tmp_path):
+    """tests/cuda/wgmma_layouts.cu: K-major, MN-major and register operands against exact products."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    binary = tmp_path / "wgmma_layouts"
+    subprocess.run([nvcc, "-std=c++17", "-I", os.path.join(ROOT, "csrc"), "-gencode=arch=compute_90a,code=sm_90a",
+                    os.path.join(ROOT, "tests", "cuda", "wgmma_layouts.cu"), "-o", str(binary)], check=True)
+    result = subprocess.run([str(binary)], capture_output=True, text=True)
+    assert result.returncode == 0 and "ALL OK" in result.stdout, result.stdout + result.stderr
+
+
+def _require_exact_kernel(headdim):
+    """Skip unless this build has the bf16 kernel of exactly this head dim: which kernel runs is
+    decided per compiled head dim, and a build without it pads to a larger one."""
+    require_kernel(torch.bfloat16, headdim)
+    if (torch.bfloat16, headdim) not in flash_attn.ops.compiled_configs():
+        pytest.skip(f"this build pads hd {headdim} to a larger head dim")
+
+
+def _kernel_names(headdim):
+    """Names of the forward and backward kernels that one forward + backward launches."""
+    q, k, v = (torch.randn(1, 300, 2, headdim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        flash_attn.flash_attn_func(q, k, v).sum().backward()
+        torch.cuda.synchronize()
+    names = [event.name for event in prof.events()]
+    return [n for n in names if "fwd_kernel" in n], [n for n in names if "bwd_kernel" in n]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim", [64, 128])
+def test_hopper_runs_the_wgmma_kernels(monkeypatch, headdim):
+    _require_exact_kernel(headdim)
+    forward, backward = _kernel_names(headdim)
+    assert forward and all("fwd_kernel_sm90" in name for name in forward), forward
+    assert backward and all("bwd_kernel_sm90" in name for name in backward), backward
+    # 300 keys: the warp-specialized forward by default at hd 128, the cp.async one at hd 64 (launch_fwd_sm90.cuh)
+    assert all(("_ws" in name) == (headdim == 128) for name in forward), forward
+    # the warp-specialized backward by default (300 keys, not causal: launch_bwd_sm90.cuh)
+    assert all("bwd_kernel_sm90_ws" in name for name in backward), backward
+    monkeypatch.setenv("FLASH_ATTN_SM90_BWD", "cpasync")
+    _, backward = _kernel_names(headdim)
+    assert backward and all("bwd_kernel_sm90" in name and "_ws" not in name for name in backward), backward
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    forward, _ = _kernel_names(headdim)
+    assert forward and all("fwd_kernel_sm90_ws" in name for name in forward), forward
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "cpasync")
+    forward, _ = _kernel_names(headdim)
+    assert forward and all("fwd_kernel_sm90" in name and "_ws" not in name for name in forward), forward
+    monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
+    forward, backward = _kernel_names(headdim)
+    assert forward and not any("sm90" in name for name in forward), forward
+    assert backward and not any("sm90" in name for name in backward), backward
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim", [192, 256])
+def test_hopper_large_head_dims_run_the_warp_specialized_forward(monkeypatch, headdim):
+    """hd 192 and 256 have a warp-specialized forward only (launch_fwd_sm90.cuh): it runs by default,
+    and FLASH_ATTN_SM90_FWD=cpasync or FLASH_ATTN_DISABLE_SM90=1 give the sm80 kernel; the backward
+    is the sm80 one. The kernel compiled for the head dim must be the one asked for (a build without
+    it would pad to a larger one)."""
+    _require_exact_kernel(headdim)
+    forward, backward = _kernel_names(headdim)
+    assert forward and all("fwd_kernel_sm90_ws" in name for name in forward), forward
+    assert backward and not any("sm90" in name for name in backward), backward
+    for variable, value in (("FLASH_ATTN_SM90_FWD", "cpasync"), ("FLASH_ATTN_DISABLE_SM90", "1")):
+        with monkeypatch.context() as patch:
+            patch.setenv(variable, value)
+            forward, _ = _kernel_names(headdim)
+            assert forward and not any("sm90" in name for name in forward), (variable, forward)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim,wide", [(96, 128)])
+def test_narrow_head_dims_run_the_wider_warp_specialized_forward(monkeypatch, headdim, wide):
+    """hd 96 runs the warp-specialized forward of hd 128 (launch_fwd_sm90.cuh: TMA zero-fills the
+    columns past the head dim); the reference checks of PERSISTENT_CASES and test_gpu_attention.py
+    run it."""
+    _require_exact_kernel(headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    forward, _ = _kernel_names(headdim)
+    assert forward and all(f"FwdWsConfig<{wide}, " in name for name in forward), forward
+
+
+SM80_CASES = [(64, 239, 300, 4, 4, False), (64, 1023, 1024, 4, 2, True), (128, 113, 203, 4, 1, True),
+              (128, 1024, 1023, 4, 4, False), (59, 300, 239, 2, 2, True), (111, 128, 217, 2, 2, False),
+              (256, 239, 300, 4, 2, True), (200, 300, 239, 2, 2, False)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("headdim,seqlen_q,seqlen_k,nheads,nheads_k,causal", SM80_CASES)
+def test_sm80_kernels_on_any_gpu(monkeypatch, dtype, headdim, seqlen_q, seqlen_k, nheads, nheads_k, causal):
+    """The forward and backward A100-class GPUs run for head dims 64 and 128 (on Hopper the wgmma ones run)."""
+    require_kernel(dtype, headdim)
+    monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
+    check_flash_attn(2, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, causal, "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("headdim,seqlen_q,seqlen_k,nheads,nheads_k,causal", SM80_CASES)
+@pytest.mark.parametrize("choice", ["ws", "cpasync"])
+@pytest.mark.parametrize("kernel_pass", ["FWD", "BWD"])
+def test_sm90_kernels_forced(monkeypatch, kernel_pass, choice, dtype, headdim, seqlen_q, seqlen_k, nheads, nheads_k,
+                             causal):
+    """Each Hopper forward (FLASH_ATTN_SM90_FWD) and backward (FLASH_ATTN_SM90_BWD) forced, whatever the
+    default would pick for the shape."""
+    require_kernel(dtype, headdim)
+    monkeypatch.setenv(f"FLASH_ATTN_SM90_{kernel_pass}", choice)
+    check_flash_attn(2, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, causal, "cuda")
+
+
+# (headdim, batch, seqlen, nheads, nheads_k): 300-1000 query tiles, more than any GPU's SMs, so each CTA
+# of the persistent grid walks several tiles and the rings and Q's barrier go through many phases.
+PERSISTENT_CASES = [(128, 4, 1000, 16, 4), (64, 3, 777, 32, 8), (128, 2, 2048, 24, 24), (256, 2, 1000, 16, 4),
+                    (192, 3, 700, 8, 8), (96, 2, 1000, 16, 4)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("headdim,batch,seqlen,nheads,nheads_k", PERSISTENT_CASES)
+@pytest.mark.parametrize("grid", ["default", "tiles"])
+def test_ws_forward_walks_many_tiles(monkeypatch, grid, dtype, headdim, batch, seqlen, nheads, nheads_k):
+    """The warp-specialized forward on non-causal dense shapes, where its default grid is persistent,
+    against the reference; and the same with one CTA per tile (FLASH_ATTN_SM90_FWD_GRID=tiles)."""
+    require_kernel(dtype, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD_GRID", grid)
+    check_flash_attn(batch, seqlen, seqlen, nheads, nheads_k, headdim, dtype, False, "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim", [64, 128, 256])
+def test_ws_forward_persistent_with_options(monkeypatch, headdim):
+    """The persistent grid on the options kernel: dropout and softcap (the tiles still all have the same
+    work), against the reference with the keep mask of return_attn_probs."""
+    require_kernel(torch.bfloat16, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    check_dense(Mods(softcap=20.0, dropout_p=0.15), 3, 900, 900, 16, 8, headdim, torch.bfloat16, "cuda")
+
+
+# Uneven tiles: the warp-specialized forward's default grid (one CTA per SM) walks them in the
+# heaviest-first order (causal, window) or the packed one (varlen) of query_tile_scheduler.cuh;
+# "tiles" gives one CTA per tile.
+# (headdim, batch, seqlen, nheads, nheads_k, mods): more tiles than SMs in each case; the first
+# has two L2 groups of (batch, head) pairs (lightest first, then heaviest first), the second three
+# (heaviest, lightest, heaviest; the last one partial).
+UNEVEN_DENSE_CASES = [(128, 4, 1000, 16, 4, Mods(causal=True)), (128, 3, 2500, 16, 2, Mods(causal=True)),
+                      (64, 3, 777, 32, 8, Mods(causal=True)),
+                      (128, 2, 1500, 8, 8, Mods(causal=True, window_size=(300, 0))),
+                      (64, 2, 1200, 24, 2, Mods(window_size=(200, 100), softcap=10.0)),
+                      (256, 2, 1500, 16, 2, Mods(causal=True, alibi="batch"))]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim,batch,seqlen,nheads,nheads_k,mods", UNEVEN_DENSE_CASES)
+@pytest.mark.parametrize("grid", ["default", "tiles"])
+def test_ws_forward_walks_uneven_tiles(monkeypatch, grid, headdim, batch, seqlen, nheads, nheads_k, mods):
+    require_kernel(torch.bfloat16, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD_GRID", grid)
+    check_dense(mods, batch, seqlen, seqlen, nheads, nheads_k, headdim, torch.bfloat16, "cuda")
+
+
+def _varlen_lengths(count, seed):
+    """`count` sequence lengths from 0 to 1500, 0 and 1 among them: a packed walk whose warp scan
+    takes several loads (more than 32 sequences) and skips sequences without tiles."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 1500, (count,), generator=generator).tolist()
+    lengths[3], lengths[count - 5], lengths[count - 4] = 0, 1, 0
+    return lengths
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim", [64, 128, 256])
+@pytest.mark.parametrize("mods", [Mods(), Mods(causal=True), Mods(causal=True, window_size=(100, 0))],
+                         ids=["full", "causal", "window"])
+@pytest.mark.parametrize("count", [37, 70])
+def test_ws_forward_walks_packed_varlen(monkeypatch, headdim, mods, count):
+    """Varlen in the packed order (no tile past a sequence's end), keys as long as queries or not."""
+    require_kernel(torch.bfloat16, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    lengths_q = _varlen_lengths(count, seed=count)
+    lengths_k = lengths_q if mods.causal else _varlen_lengths(count, seed=count + 1)
+    check_varlen(mods, lengths_q, lengths_k, 8, 2, headdim, torch.bfloat16, "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim", [64, 128])
+def test_ws_forward_schedules_agree_bitwise(monkeypatch, headdim):
+    """A tile's arithmetic does not depend on which CTA runs it: the persistent walk over the packed
+    varlen order and one CTA per tile give identical outputs and lse."""
+    require_kernel(torch.bfloat16, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    lengths = _varlen_lengths(50, seed=7)
+    total = sum(lengths)
+    q, k, v = (torch.randn(total, 8, headdim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
+    results = {}
+    for grid in ("default", "tiles"):
+        monkeypatch.setenv("FLASH_ATTN_SM90_FWD_GRID", grid)
+        results[grid] = flash_attn.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True,
+                                                          return_attn_probs=True)[:2]
+    for persistent, one_per_tile in zip(results["default"], results["tiles"]):
+        assert torch.equal(persistent, one_per_tile)

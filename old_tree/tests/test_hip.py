@@ -1,0 +1,306 @@
+"""The AMD side on a CPU machine: the CDNA lane maps (csrc/flash/arch/cdna_layout.h) compiled with g++
+against AMD.md's layouts, the hipify step (hip/hipify_sources.py) and the ISA checker
+(hip/check_isa.py). Compiling the probe kernel, the forward and the backward for gfx90a / gfx942 is
+CI's hip/ci_check.sh."""
+
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLASH = os.path.join(ROOT, "csrc", "flash")
+
+
+def _load_hip_script(name):
+    """hip/<name>.py by path: putting the repository root on sys.path would make every later test
+    import flash_attn from the source tree rather than from the install."""
+    spec = importlib.util.spec_from_file_location(f"hip_{name}", os.path.join(ROOT, "hip", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+check_isa = _load_hip_script("check_isa")
+hipify_sources = _load_hip_script("hipify_sources")
+
+
+def test_cdna_lane_maps_match_amd_layouts(tmp_path):
+    """tests/hip/cdna_layout_test.cpp: every lane and register of the 32x32x8 and 16x16x16 maps against
+    AMD.md's formulas; each A, B and D element owned once; operands 4 consecutive k; S^T accumulator
+    group t = B operand of step t; column lanes = the xor-shuffle group."""
+    compiler = shutil.which("g++")
+    if compiler is None:
+        pytest.skip("g++ not found: the CDNA lane maps are checked by a host C++ test")
+    binary = tmp_path / "cdna_layout_test"
+    subprocess.run([compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-I", os.path.join(ROOT, "csrc"),
+                    os.path.join(ROOT, "tests", "hip", "cdna_layout_test.cpp"), "-o", str(binary)], check=True)
+    result = subprocess.run([str(binary)], capture_output=True, text=True)
+    assert result.returncode == 0 and "ALL OK" in result.stdout, result.stdout + result.stderr
+
+
+def _digest_tree(folder):
+    digest = hashlib.sha256()
+    for path in sorted(os.path.join(d, n) for d, _, names in os.walk(folder) for n in names):
+        digest.update(path.encode())
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def hipified(tmp_path_factory):
+    """csrc/flash hipified into a temporary build tree (torch's bundled hipify); csrc left as it was."""
+    pytest.importorskip("torch.utils.hipify.hipify_python")
+    before = _digest_tree(FLASH)
+    out = tmp_path_factory.mktemp("hip")
+    written = hipify_sources.hipify_tree(str(out))
+    assert _digest_tree(FLASH) == before, "hipify modified csrc/flash"
+    return str(out), written
+
+
+def _tree_files(root):
+    return sorted(os.path.relpath(os.path.join(d, n), root) for d, _, names in os.walk(root) for n in names)
+
+
+def test_hipify_writes_every_source_under_its_name(hipified):
+    out, written = hipified
+    expected = sorted(os.path.join("flash", hipify_sources._output_name(p)) for p in _tree_files(FLASH)
+                      if p.endswith(hipify_sources.SOURCE_EXTENSIONS))
+    assert sorted(written) == expected
+    assert _tree_files(out) == expected, "the staging folder was not removed"
+
+
+def test_hipified_includes_resolve_to_tree_files(hipified):
+    """Every quoted include names a file of the tree by its original name (none of hipify's `_hip` copies)."""
+    out, written = hipified
+    for path in written:
+        with open(os.path.join(out, path), encoding="utf-8") as f:
+            for include in re.findall(r'#\s*include\s*"([^"]+)"', f.read()):
+                if include.startswith("hip/"):
+                    continue  # a ROCm header that hipify inserted
+                assert os.path.exists(os.path.join(out, os.path.dirname(path), include)), f"{path}: {include}"
+
+
+def test_hipify_converts_launches_and_runtime(hipified):
+    out, written = hipified
+    texts = {}
+    for path in written:
+        with open(os.path.join(out, path), encoding="utf-8") as f:
+            texts[path] = f.read()
+    assert not [p for p, t in texts.items() if "<<<" in t], "a kernel launch was left as <<<...>>>"
+    assert not [p for p, t in texts.items() if "cuda_runtime.h" in t]
+    launcher = texts[os.path.join("flash", "fwd_query_block.cuh")]
+    assert "#include <hip/hip_runtime.h>" in launcher and "hipLaunchKernelGGL" in launcher
+    attributes = texts[os.path.join("flash", "launch_attributes.h")]
+    assert "hipFuncSetAttribute" in attributes and "hipDeviceGetAttribute" in attributes
+    assert "cudaDevAttr" not in attributes
+    assert os.path.join("flash", "dropout_mask.hip") in texts
+
+
+def test_untranslated_spellings_only_in_nvidia_arch_files(hipified):
+    """What hipify leaves (inline PTX, *_sync, __CUDA_ARCH__, 32-lane masks, ...) lies in arch/sm80* and
+    arch/sm90*, which the HIP build never includes, plus exactly the documented KNOWN_LEFTOVERS."""
+    out, _ = hipified
+    leftovers = hipify_sources.untranslated(os.path.join(out, "flash"))
+    assert hipify_sources.unexpected_leftovers(leftovers) == {}
+    outside_arch = {path: {spelling for _, spelling, _ in hits} for path, hits in leftovers.items()
+                    if not hipify_sources.is_nvidia_arch_file(os.path.join("flash", path))}
+    assert outside_arch == hipify_sources.KNOWN_LEFTOVERS, "update KNOWN_LEFTOVERS: a leftover was fixed or added"
+    assert os.path.join("arch", "sm80.cuh") in leftovers  # the scan does find PTX where it is
+
+
+def test_cdna_arch_files_spell_no_cuda():
+    """The CDNA layer needs nothing from hipify: no CUDA-only spelling in arch/cdna*."""
+    leftovers = hipify_sources.untranslated(os.path.join(FLASH, "arch"))
+    assert not [path for path in leftovers if os.path.basename(path).startswith("cdna")], leftovers
+
+
+def test_hipify_refuses_to_write_inside_csrc():
+    with pytest.raises(ValueError):
+        hipify_sources.hipify_tree(os.path.join(FLASH, "hip_out"))
+
+
+@pytest.mark.parametrize("target,kernel,mnemonic", [
+    ("gfx90a", "probe_attention_fp16_32x32x8", "v_mfma_f32_32x32x8f16"),
+    ("gfx90a", "probe_attention_bf16_32x32x8", "v_mfma_f32_32x32x8bf16_1k"),
+    ("gfx90a", "probe_attention_fp16_16x16x16", "v_mfma_f32_16x16x16f16"),
+    ("gfx90a", "probe_attention_bf16_16x16x16", "v_mfma_f32_16x16x16bf16_1k"),
+    ("gfx942", "probe_attention_fp16_32x32x8", "v_mfma_f32_32x32x8_f16"),
+    ("gfx942", "probe_attention_bf16_32x32x8", "v_mfma_f32_32x32x8_bf16"),
+    ("gfx942", "probe_attention_fp16_16x16x16", "v_mfma_f32_16x16x16_f16"),
+    ("gfx942", "probe_attention_bf16_16x16x16", "v_mfma_f32_16x16x16_bf16"),
+])
+def test_isa_check_expects_the_targets_mfma_spelling(target, kernel, mnemonic):
+    assert check_isa.expected_mfma(kernel, target) == mnemonic
+
+
+# Remarks as clang 15 (hipcc 5.2) and clang 19 print them.
+_REMARKS = """\
+remark: /src/probe.hip:185:0: Function Name: probe_attention_fp16_32x32x8 [-Rpass-analysis=kernel-resource-usage]
+remark: /src/probe.hip:185:0:     SGPRs: 42 [-Rpass-analysis=kernel-resource-usage]
+remark: /src/probe.hip:185:0:     VGPRs: 205 [-Rpass-analysis=kernel-resource-usage]
+remark: /src/probe.hip:185:0:     AGPRs: 66 [-Rpass-analysis=kernel-resource-usage]
+remark: /src/probe.hip:185:0:     ScratchSize [bytes/lane]: 0 [-Rpass-analysis=kernel-resource-usage]
+remark: /src/probe.hip:185:0:     Occupancy [waves/SIMD]: 1 [-Rpass-analysis=kernel-resource-usage]
+remark: /src/probe.hip:185:0:     SGPRs Spill: 0 [-Rpass-analysis=kernel-resource-usage]
+remark: /src/probe.hip:185:0:     VGPRs Spill: 0 [-Rpass-analysis=kernel-resource-usage]
+remark: /src/probe.hip:185:0:     LDS Size [bytes/block]: 34304 [-Rpass-analysis=kernel-resource-usage]
+/src/probe.hip:186:1: remark: Function Name: probe_attention_bf16_32x32x8 [-Rpass-analysis=kernel-resource-usage]
+/src/probe.hip:186:1: remark:     VGPRs: 300 [-Rpass-analysis=kernel-resource-usage]
+/src/probe.hip:186:1: remark:     ScratchSize [bytes/lane]: 20 [-Rpass-analysis=kernel-resource-usage]
+/src/probe.hip:186:1: remark:     VGPRs Spill: 4 [-Rpass-analysis=kernel-resource-usage]
+/src/probe.hip:186:1: remark:     LDS Size [bytes/block]: 70000 [-Rpass-analysis=kernel-resource-usage]
+"""
+
+_ISA = """\
+probe_attention_fp16_32x32x8:           ; @probe_attention_fp16_32x32x8
+\tds_read_b64 v[0:1], v2 offset:16
+\tv_mfma_f32_32x32x8f16 a[0:15], v[0:1], v[2:3], a[0:15]
+.Lfunc_end0:
+probe_attention_bf16_32x32x8:           ; @probe_attention_bf16_32x32x8
+\tflat_load_dwordx2 v[0:1], v[2:3]
+\tv_mfma_f32_32x32x8bf16_1k a[0:15], v[0:1], v[2:3], a[0:15]
+\tv_mfma_f32_32x32x8f16 a[0:15], v[0:1], v[2:3], a[0:15]
+.Lfunc_end1:
+"""
+
+
+_FWD_FP16 = "_ZN5flash10fwd_kernelI6__halfNS_9FwdConfigILi64ELi128ELi128ELi4EEELb0EEEvNS_9FwdParamsE"
+_FWD_BF16 = "_ZN5flash10fwd_kernelI12hip_bfloat16NS_9FwdConfigILi128ELi128ELi32ELi4EEELb1EEEvNS_9FwdParamsE"
+
+
+@pytest.mark.parametrize("target,kernel,mnemonic,label", [
+    ("gfx90a", _FWD_FP16, "v_mfma_f32_32x32x8f16", "fwd_fp16_hd64_m128n128w4"),
+    ("gfx90a", _FWD_BF16, "v_mfma_f32_32x32x8bf16_1k", "fwd_bf16_hd128_m128n32w4_extras"),
+    ("gfx942", _FWD_FP16, "v_mfma_f32_32x32x8_f16", "fwd_fp16_hd64_m128n128w4"),
+    ("gfx942", _FWD_BF16.replace("12hip_bfloat16", "14__hip_bfloat16"), "v_mfma_f32_32x32x8_bf16",
+     "fwd_bf16_hd128_m128n32w4_extras"),
+])
+def test_isa_check_knows_the_forward_kernels(target, kernel, mnemonic, label):
+    """fwd_kernel<T, FwdConfig<...>, extras> as clang mangles it (ROCm 5.2's and newer bf16 spellings):
+    the 32x32x8 atom of arch/cdna_gemm.cuh, a readable label and the tile; other functions are skipped."""
+    assert check_isa.expected_mfma(kernel, target) == mnemonic
+    spec = check_isa.kernel_spec(kernel)
+    assert spec["label"] == label and spec["tile"] == tuple(int(x) for x in re.findall(r"Li(\d+)E", kernel))
+    assert check_isa.kernel_spec("_ZN5flash4arch3fooEv") is None
+
+
+def test_isa_check_adds_the_forwards_dynamic_lds():
+    """The forward's LDS is dynamic: the fwd_lds_* constants of its tiles in the ISA count, with the
+    LDS-limited occupancy (whole workgroups of 64 KiB per CU over 4 SIMDs); a tile without one fails."""
+    isa = "fwd_lds_64_128_128_4:\n\t.long\t54272                           ; 0xd400\n\t.size\tfwd_lds_64_128_128_4, 4\n"
+    dynamic = check_isa.dynamic_lds(isa)
+    assert dynamic == {"fwd_lds_64_128_128_4": 54272}
+    assert check_isa.lds_bytes(_FWD_FP16, {"lds": 0}, dynamic) == 54272
+    assert check_isa.lds_bytes(_FWD_BF16, {"lds": 0}, dynamic) is None
+    assert check_isa.lds_occupancy(_FWD_FP16, 54272) == 1
+    assert check_isa.lds_occupancy("probe_attention_fp16_32x32x8", 16384) == 4
+    resources = dict(scratch=0, sgpr_spill=0, vgpr_spill=0, lds=0)
+    body = ["ds_read_b64", "v_mfma_f32_32x32x8f16"]
+    assert check_isa.check_kernel(_FWD_FP16, "gfx90a", body, resources, 54272) == []
+    assert "LDS 70000" in " ".join(check_isa.check_kernel(_FWD_FP16, "gfx90a", body, resources, 70000))
+
+
+_BWD_FP16 = "_ZN5flash10bwd_kernelI6__halfNS_9BwdConfigILi64ELi64ELi64ELi4ELi2ELi2ELi2EEELb0EEEvNS_9BwdParamsEi"
+_BWD_BF16 = "_ZN5flash10bwd_kernelI14__hip_bfloat16NS_9BwdConfigILi32ELi64ELi64ELi2ELi2ELi2ELi2EEELb1EEEvNS_9BwdParamsEi"
+_BWD_VP = "_ZN5flash10bwd_kernelI6__halfNS_22BwdConfigVPInRegistersILi128ELi64ELi64ELi2ELi2EEELb0EEEvNS_9BwdParamsEi"
+_PREPROCESS = "_ZN5flash21bwd_preprocess_kernelI6__halfLi64EEEvNS_9BwdParamsE"
+_CONVERT_DQ = "_ZN5flash17convert_dq_kernelI12hip_bfloat16Li32EEEvNS_9BwdParamsE"
+
+
+@pytest.mark.parametrize("target,kernel,mnemonic,label,waves", [
+    ("gfx90a", _BWD_FP16, "v_mfma_f32_32x32x8f16", "bwd_fp16_hd64_m64n64w4", 4),
+    ("gfx942", _BWD_BF16, "v_mfma_f32_32x32x8_bf16", "bwd_bf16_hd32_m64n64w2_extras", 2),
+    ("gfx90a", _BWD_VP, "v_mfma_f32_32x32x8f16", "bwd_fp16_hd128_m64n64w2_vp", 2),
+    ("gfx90a", _PREPROCESS, None, "bwd_preprocess_fp16_hd64", 8),
+    ("gfx942", _CONVERT_DQ, None, "convert_dq_bf16_hd32", 4),
+])
+def test_isa_check_knows_the_backward_kernels(target, kernel, mnemonic, label, waves):
+    """bwd_kernel<T, BwdConfig<hd, m, n, waves, 3 warp grids> or BwdConfigVPInRegisters<hd, m, n, waves, dQ grid>,
+    extras> on the 32x32x8 atom, its dynamic LDS
+    from the bwd_lds_<hd>_<m>_<n>_<waves> constant; the preprocess and dQ convert have no MFMA and no
+    dynamic LDS."""
+    spec = check_isa.kernel_spec(kernel)
+    assert check_isa.expected_mfma(kernel, target) == mnemonic
+    assert spec["label"] == label and spec["waves"] == waves
+    dynamic = {"bwd_lds_64_64_64_4": 55808, "bwd_lds_32_64_64_2": 39424, "bwd_lds_128_64_64_2": 61952}
+    expected_lds = {"bwd_fp16_hd64_m64n64w4": 55808, "bwd_bf16_hd32_m64n64w2_extras": 39424,
+                    "bwd_fp16_hd128_m64n64w2_vp": 61952}.get(label, 0)
+    assert check_isa.lds_bytes(kernel, {"lds": 0}, dynamic) == expected_lds
+
+
+def test_isa_check_wants_no_mfma_in_the_backward_helpers():
+    """The preprocess and the dQ convert pass without MFMA or 8-byte LDS reads, and fail with an MFMA."""
+    resources = dict(scratch=0, sgpr_spill=0, vgpr_spill=0, lds=0)
+    assert check_isa.check_kernel(_PREPROCESS, "gfx90a", ["global_load_dwordx4"], resources) == []
+    failures = check_isa.check_kernel(_CONVERT_DQ, "gfx90a", ["v_mfma_f32_32x32x8f16"], resources)
+    assert "unexpected MFMA" in " ".join(failures)
+    body = ["ds_read_b64", "v_mfma_f32_32x32x8f16"]
+    assert check_isa.check_kernel(_BWD_FP16, "gfx90a", body, resources, 55808) == []
+    assert "no 8-byte LDS reads" in " ".join(check_isa.check_kernel(_BWD_FP16, "gfx90a", body[1:], resources))
+
+
+def test_isa_check_reports_sgpr_spills_without_failing():
+    """SGPR spills with no scratch sit in VGPR lanes: in the table, not a failure (VGPR spills are)."""
+    body = ["ds_read_b64", "v_mfma_f32_32x32x8f16"]
+    resources = dict(scratch=0, sgpr_spill=56, vgpr_spill=0, lds=34304)
+    assert check_isa.check_kernel("probe_attention_fp16_32x32x8", "gfx90a", body, resources) == []
+    resources["vgpr_spill"] = 2
+    assert check_isa.check_kernel("probe_attention_fp16_32x32x8", "gfx90a", body, resources) != []
+
+
+def test_isa_check_parses_both_remark_formats_and_flags_failures():
+    resources = check_isa.parse_resources(_REMARKS)
+    assert resources["probe_attention_fp16_32x32x8"] == dict(sgpr=42, vgpr=205, agpr=66, scratch=0, occupancy=1,
+                                                            sgpr_spill=0, vgpr_spill=0, lds=34304)
+    bodies = check_isa.kernel_bodies(_ISA)
+    good = "probe_attention_fp16_32x32x8"
+    assert check_isa.check_kernel(good, "gfx90a", bodies[good], resources[good]) == []
+    bad = "probe_attention_bf16_32x32x8"
+    failures = " ".join(check_isa.check_kernel(bad, "gfx90a", bodies[bad], resources[bad]))
+    for expected in ("unexpected MFMA", "no 8-byte LDS reads", "flat", "scratch = 20", "vgpr_spill = 4",
+                     "LDS 70000"):
+        assert expected in failures
+
+
+def test_cdna_layer_compiles_for_gfx90a(tmp_path):
+    """Where hipcc is installed (CI installs it after pytest, in hip/ci_check.sh): the arch layer's
+    compile-only coverage and the probe build for gfx90a from csrc, and the probe passes the ISA check."""
+    hipcc = shutil.which("hipcc")
+    if hipcc is None:
+        pytest.skip("hipcc not found: hip/ci_check.sh installs it and compiles for gfx90a and gfx942")
+    env = dict(os.environ, HIP_PLATFORM="amd")  # hipcc picks nvidia when /usr/local/cuda exists
+    flags = ["--offload-arch=gfx90a", "-O3", "-std=c++17", "-I", os.path.join(ROOT, "csrc"),
+             "-D__HIP_PLATFORM_AMD__=1", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1"]
+    api_coverage = os.path.join(ROOT, "tests", "hip", "cdna_api_compile.hip")
+    subprocess.run([hipcc, *flags, "--cuda-device-only", "-c", api_coverage, "-o", str(tmp_path / "api.o")], check=True,
+                   env=env)
+    remarks = subprocess.run([hipcc, *flags, "--save-temps", "-Rpass-analysis=kernel-resource-usage", "-c",
+                              os.path.join(ROOT, "hip", "probe_attention_block.hip"), "-o", "probe.o"],
+                             check=True, env=env, cwd=tmp_path, capture_output=True, text=True).stderr
+    (tmp_path / "remarks.txt").write_text(remarks)
+    isa = tmp_path / "probe_attention_block-hip-amdgcn-amd-amdhsa-gfx90a.s"
+    assert check_isa.main(["--target", "gfx90a", "--isa", str(isa), "--remarks", str(tmp_path / "remarks.txt")]) == 0
+
+
+def test_rocm_instantiations_include_the_cdna_launchers(tmp_path):
+    """generate_instantiations.py --target rocm: the forward and backward files include the CDNA launchers
+    (which define run_fwd / run_bwd for a ROCm build); the CUDA files are as before."""
+    spec = importlib.util.spec_from_file_location("generate_instantiations",
+                                                  os.path.join(ROOT, "csrc", "generate_instantiations.py"))
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    includes = {}
+    for target in ("cuda", "rocm"):
+        for path in generator.generate(str(tmp_path / target), ("fp16",), (64,), target):
+            with open(path, encoding="utf-8") as f:
+                includes[target, os.path.basename(path)] = re.search(r'#include "flash/(\w+)\.cuh"', f.read()).group(1)
+    assert includes["cuda", "fwd_fp16_hd64.cu"] == "launch_fwd" and includes["cuda", "bwd_fp16_hd64.cu"] == "launch_bwd"
+    assert includes["rocm", "fwd_fp16_hd64.cu"] == "launch_fwd_cdna"
+    assert includes["rocm", "bwd_fp16_hd64.cu"] == "launch_bwd_cdna"
+    assert includes["rocm", "fwd_kvcache_fp16_hd64.cu"] == "launch_kvcache"  # no CDNA split-KV launcher yet

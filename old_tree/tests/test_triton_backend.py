@@ -1,0 +1,273 @@
+"""The portable Triton backend (flash_attn/triton, issue #9): forward and backward against the
+reference with the tolerance rule, on the GPU where there is one and otherwise under Triton's
+interpreter (TRITON_INTERPRET=1, set by conftest.py on machines without CUDA; CI installs a
+Triton whose interpreter runs with its numpy).
+
+fp32 inputs are checked against an fp64 reference: the rule's bound is then the fp32 reference's
+own error (times the factor), which the backend's fp32 products ("ieee" dots, no TF32) and fp32
+softmax can meet. bf16 runs on the GPU only: Triton's interpreter (3.6 and 3.9) reads bf16
+tensors wrongly (errors of 1e9 on a 40 x 64 product), whatever the kernel.
+"""
+
+import pytest
+import torch
+
+import flash_attn
+from flash_attn import dropout as dropout_lib
+from feature_checks import make_cu_seqlens
+from helpers import Results, assert_matches_reference
+
+triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+DTYPE_IDS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _switch_on(monkeypatch):
+    """FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, and Triton's interpreter where there is no GPU."""
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+
+
+def _count_calls(monkeypatch, module, name):
+    """A list that grows by one at each call of module.name (which still runs)."""
+    calls, real = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    return calls
+
+
+def _compute_dtype(dtype):
+    return torch.float64 if dtype == torch.float32 else torch.float32
+
+
+def _slopes(alibi, batch, nheads):
+    if not alibi:
+        return None
+    return (torch.rand(batch, nheads, device=DEVICE) * 0.5 + 0.05).float()
+
+
+def _window(causal, window_size):
+    left, right = window_size
+    return (left, 0) if causal else (left, right)
+
+
+# (batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap, alibi)
+DENSE_CASES = [
+    (2, 70, 75, 4, 2, 32, True, (-1, -1), 0.0, False),
+    (1, 33, 129, 2, 1, 64, False, (-1, -1), 0.0, False),
+    (2, 100, 60, 2, 2, 40, True, (-1, -1), 0.0, False),
+    (1, 90, 90, 4, 4, 64, False, (20, 10), 0.0, False),
+    (1, 80, 96, 2, 1, 32, True, (30, -1), 8.0, True),
+    (2, 65, 65, 2, 2, 96, False, (-1, -1), 5.0, False),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("batch,seqlen_q,seqlen_k,nheads,nheads_k,headdim,causal,window_size,softcap,alibi",
+                         DENSE_CASES)
+def test_triton_dense(dtype, batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap,
+                      alibi):
+    new = lambda s, h: torch.randn(batch, s, h, headdim, dtype=dtype, device=DEVICE)  # noqa: E731
+    q, k, v, dout = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k), new(seqlen_q, nheads)
+    slopes = _slopes(alibi, batch, nheads)
+    scale = headdim ** -0.5
+    options = dict(window=_window(causal, window_size), softcap=softcap, alibi_slopes=slopes)
+    out, lse = triton_backend.forward(q, k, v, scale, **options)
+    assert out.dtype == dtype and lse.shape == (batch, nheads, seqlen_q) and lse.dtype == torch.float32
+    grads = triton_backend.backward(dout, q, k, v, out, lse, scale, **options)
+    assert all(g.shape == t.shape and g.dtype == dtype for g, t in zip(grads, (q, k, v)))
+    assert_matches_reference(Results(out, lse, *grads), q, k, v, dout, causal, scale, _compute_dtype(dtype),
+                             window_size=window_size, softcap=softcap, alibi_slopes=slopes)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_triton_varlen(dtype, causal):
+    """Packed sequences of very different lengths, 0 and 1 among them, GQA; each sequence against the
+    reference run on it alone, and rows of no sequence left at zero."""
+    lengths_q = [0, 1, 37, 130, 5, 64]
+    lengths_k = lengths_q if causal else [3, 1, 50, 100, 0, 64]
+    nheads, nheads_k, headdim = 4, 2, 64
+    total_q, total_k = sum(lengths_q) + 3, sum(lengths_k)  # 3 trailing rows outside every sequence
+    new = lambda s, h: torch.randn(s, h, headdim, dtype=dtype, device=DEVICE)  # noqa: E731
+    q, k, v, dout = new(total_q, nheads), new(total_k, nheads_k), new(total_k, nheads_k), new(total_q, nheads)
+    cu_q, cu_k = make_cu_seqlens(lengths_q, DEVICE), make_cu_seqlens(lengths_k, DEVICE)
+    scale = headdim ** -0.5
+    options = dict(window=(-1, 0) if causal else (-1, -1), cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                   max_seqlen_q=max(lengths_q), max_seqlen_k=max(lengths_k))
+    out, lse = triton_backend.forward(q, k, v, scale, **options)
+    assert lse.shape == (nheads, total_q)
+    dq, dk, dv = triton_backend.backward(dout, q, k, v, out, lse, scale, **options)
+    bq, bk = cu_q.tolist(), cu_k.tolist()
+    for b in range(len(lengths_q)):
+        if lengths_q[b] == 0:
+            continue
+        rq, rk = slice(bq[b], bq[b + 1]), slice(bk[b], bk[b + 1])
+        one = lambda t, rows: t[rows].unsqueeze(0)  # noqa: E731
+        ours = Results(one(out, rq), lse[:, rq].unsqueeze(0), one(dq, rq), one(dk, rk), one(dv, rk))
+        assert_matches_reference(ours, one(q, rq), one(k, rk), one(v, rk), one(dout, rq), causal, scale,
+                                 _compute_dtype(dtype))
+    tail = slice(bq[-1], total_q)
+    assert not out[tail].any() and not dq[tail].any() and torch.isinf(lse[:, tail]).all()
+
+
+def test_triton_rejects_other_dtypes():
+    q = torch.randn(1, 8, 1, 32, device=DEVICE)
+    with pytest.raises(TypeError, match="q must be float32, float16 or bfloat16"):
+        triton_backend.forward(q.double(), q, q, 0.1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_triton_dropout(dtype, causal):
+    """Dropout 0.17 with a given (seed, offset): forward and backward against the reference with the
+    mask of flash_attn/dropout.py (the CUDA kernels' definition), GQA, lengths not multiples of 16."""
+    batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dropout_p = 2, 45, 77, 4, 2, 32, 0.17
+    seed, offset = 123456789012, 40
+    new = lambda s, h: torch.randn(batch, s, h, headdim, dtype=dtype, device=DEVICE)  # noqa: E731
+    q, k, v, dout = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k), new(seqlen_q, nheads)
+    rng_state = torch.tensor([seed, offset], dtype=torch.int64, device=DEVICE)
+    scale = headdim ** -0.5
+    options = dict(window=(-1, 0) if causal else (-1, -1), dropout_p=dropout_p, rng_state=rng_state)
+    out, lse = triton_backend.forward(q, k, v, scale, **options)
+    grads = triton_backend.backward(dout, q, k, v, out, lse, scale, **options)
+    keep = dropout_lib.keep_mask(seed, offset, batch, nheads, seqlen_q, seqlen_k, dropout_p).to(DEVICE)
+    assert_matches_reference(Results(out, lse, *grads), q, k, v, dout, causal, scale, _compute_dtype(dtype),
+                             dropout_p=dropout_p, dropout_mask=keep)
+
+
+def test_triton_varlen_metadata_out_of_range():
+    """cu_seqlens past the tensors' rows and decreasing: the kernels clamp every entry into [0, total]
+    (as the CUDA kernels do) and stay inside the tensors. Sequence 1, [12, 1000), becomes rows
+    [12, 40), the later ones empty; sequences 0 and 1 are then exact."""
+    nheads, headdim, total = 2, 32, 40
+    q, k, v, dout = (torch.randn(total, nheads, headdim, device=DEVICE) for _ in range(4))
+    cu = torch.tensor([0, 12, 1000, 2000, -7], dtype=torch.int32, device=DEVICE)
+    options = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=64, max_seqlen_k=64)
+    out, lse = triton_backend.forward(q, k, v, headdim ** -0.5, **options)
+    dq, dk, dv = triton_backend.backward(dout, q, k, v, out, lse, headdim ** -0.5, **options)
+    for rows in (slice(0, 12), slice(12, 40)):
+        one = lambda t: t[rows].unsqueeze(0)  # noqa: E731
+        ours = Results(one(out), lse[:, rows].unsqueeze(0), one(dq), one(dk), one(dv))
+        assert_matches_reference(ours, one(q), one(k), one(v), one(dout), False, headdim ** -0.5, torch.float64)
+
+
+def _public_call(function, q, k, v, dout, **kwargs):
+    """function(q, k, v, return_attn_probs=True, **kwargs)'s forward (out, lse) and backward (dq, dk,
+    dv) as a Results; function may be compiled."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out, lse, _ = function(*leaves, return_attn_probs=True, **kwargs)
+    return Results(out, lse, *torch.autograd.grad(out, leaves, dout))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_switch_sends_the_public_functions_to_triton(monkeypatch, dtype, compiled):
+    """FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE: flash_attn_func runs flash_attn::triton_fwd / bwd (the
+    backend's forward is counted), also under torch.compile(fullgraph=True), with the public
+    function's semantics (causal, GQA, a head dim the public functions pad)."""
+    _switch_on(monkeypatch)
+    calls = _count_calls(monkeypatch, triton_backend.attention, "forward")
+    q, k, v, dout = (torch.randn(2, 50, h, 36, dtype=dtype, device=DEVICE) for h in (4, 2, 2, 4))
+    function = flash_attn.flash_attn_func
+    if compiled:
+        function = torch.compile(function, fullgraph=True, backend="aot_eager")
+    ours = _public_call(function, q, k, v, dout, causal=True)
+    assert calls
+    assert_matches_reference(ours, q, k, v, dout, True, None, _compute_dtype(dtype))
+
+
+def test_float32_cpu_tensors_run_the_cpu_path():
+    """Without the switch, float32 CPU tensors no longer raise: the CPU path computes them (against
+    an fp64 reference)."""
+    q, k, v, dout = (torch.randn(1, 20, 2, 16) for _ in range(4))
+    ours = _public_call(flash_attn.flash_attn_func, q, k, v, dout)
+    assert ours.out.dtype == torch.float32
+    assert_matches_reference(ours, q, k, v, dout, False, None, torch.float64)
+
+
+def test_switch_with_dropout_returns_the_mask_it_used(monkeypatch):
+    """Through the public function with the switch: dropout_p and return_attn_probs give S_dmask whose
+    sign pattern (FlashAttention 2's encoding) is the mask of the rng_state the Triton forward drew,
+    and the output matches the reference under that mask."""
+    _switch_on(monkeypatch)
+    from feature_checks import keep_mask_from_probs
+    q, k, v = (torch.randn(1, 40, 2, 32, device=DEVICE) for _ in range(3))
+    out, lse, s_dmask = flash_attn.flash_attn_func(q, k, v, dropout_p=0.25, return_attn_probs=True)
+    keep = keep_mask_from_probs(s_dmask, 40, 40)
+    assert 0.6 < keep.float().mean().item() < 0.9
+    dout = torch.randn_like(q)
+    assert_matches_reference(Results(out, lse, None, None, None), q, k, v, dout, False, None, torch.float64,
+                             dropout_p=0.25, dropout_mask=keep)
+
+
+# flash_attn_with_kvcache through the switch: the Triton append and split-KV kernels
+# (flash_attn/triton/kvcache.py) against reference_kvcache with kvcache_checks.check_kvcache (the cache
+# after the append compared exactly, out and lse by the tolerance rule). Small caches: the
+# interpreter runs every program in Python.
+KVCACHE_CASES = {
+    "decode": dict(),
+    "no_new_tokens": dict(seqlen_new=0),
+    "append_rotary_interleaved": dict(seqlen_q=3, seqlen_new=3, rotary_dim=16, causal=True),
+    "rotary_halves_noncausal": dict(seqlen_q=2, seqlen_new=1, rotary_dim=32, rotary_interleaved=False),
+    "paged": dict(page_size=16, seqlen_new=2, seqlen_q=2, causal=True, rotary_dim=16, leftpad=True),
+    "batch_idx_window": dict(batch_idx=True, seqlen_q=4, seqlen_new=4, window_size=(20, 0)),
+    "softcap_alibi_mqa": dict(softcap=10.0, alibi=True, nheads=4, nheads_k=1, seqlen_q=2, seqlen_new=2,
+                              causal=True),
+    "full_cache_headdim_40": dict(full_cache=True, seqlen_new=3, seqlen_q=3, causal=True, headdim=40),
+}
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 0])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: DTYPE_IDS[d])
+@pytest.mark.parametrize("name", KVCACHE_CASES)
+def test_triton_kvcache(monkeypatch, name, dtype, num_splits):
+    from kvcache_checks import KvCase, check_kvcache
+
+    _switch_on(monkeypatch)
+    calls = _count_calls(monkeypatch, triton_backend.kvcache, "forward_kvcache")
+    case = KvCase(**{"batch": 2, "nheads": 4, "nheads_k": 2, "headdim": 32, "capacity": 100, "dtype": dtype,
+                     "num_splits": num_splits, **KVCACHE_CASES[name]})
+    check_kvcache(case, DEVICE)
+    assert calls
+
+
+def test_triton_kvcache_metadata_out_of_range(monkeypatch):
+    """cache_seqlens past the capacity and negative, block_table entries past the pool and negative,
+    leftpad past the end: clamped as reference_kvcache clamps them (the cache after the append and
+    the outputs agree with it), nothing written outside the cache."""
+    from kvcache_checks import KvCase, make_inputs, run_ours
+    from flash_attn import reference_kvcache as rk
+    from flash_attn.reference import normalize_window
+
+    _switch_on(monkeypatch)
+    case = KvCase(batch=3, nheads=2, nheads_k=1, headdim=16, capacity=64, page_size=16, seqlen_q=2, seqlen_new=2,
+                  leftpad=True, dtype=torch.float32, num_splits=2)
+    x = make_inputs(case)
+    x.cache_seqlens = torch.tensor([1000, -5, 63], dtype=torch.int32)
+    x.cache_leftpad = torch.tensor([7, 3, 500], dtype=torch.int32)
+    x.block_table[0, 1], x.block_table[1, 0] = 10_000, -3
+    ours = x.to(DEVICE)
+    out, lse = run_ours(case, ours)
+    ref = x.to("cpu")
+    window = normalize_window(case.window_size, case.causal, 64)
+    ref_out, ref_lse = rk.forward_kvcache(ref.q, ref.k_cache, ref.v_cache, ref.k, ref.v, None, None, ref.cache_seqlens,
+                                          None, ref.cache_leftpad, ref.block_table, 16 ** -0.5, window, 0.0, True,
+                                          None)
+    assert torch.equal(ours.k_cache.cpu(), ref.k_cache) and torch.equal(ours.v_cache.cpu(), ref.v_cache)
+    torch.testing.assert_close(out.cpu(), ref_out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse.cpu(), ref_lse, atol=1e-5, rtol=1e-5)
+
+
+def test_triton_paged_varlen(monkeypatch):
+    """flash_attn_varlen_func with block_table through the switch: the paged prefill runs the Triton
+    kvcache kernels (counted), against attention_ref per sequence (kvcache_checks.check_paged_varlen)."""
+    from kvcache_checks import check_paged_varlen
+
+    _switch_on(monkeypatch)
+    calls = _count_calls(monkeypatch, triton_backend.kvcache, "forward_kvcache")
+    check_paged_varlen(DEVICE, [5, 1, 20], [30, 1, 20], 16, causal=True, nheads=4, nheads_k=2, headdim=32,
+                       dtype=torch.float16)
+    assert calls

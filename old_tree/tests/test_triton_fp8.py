@@ -1,0 +1,203 @@
+"""The fp8 e4m3 forward (FlashAttention 3's FP8 API) on the Triton backend: flash_attn_func and
+flash_attn_varlen_func with float8_e4m3fn q, k, v and q_descale / k_descale / v_descale, against
+an fp64 reference of the dequantized inputs with the fp8 rule of fp8_checks.py (RMSE), plus its
+errors: no backward, no dropout, descales only with fp8, the shapes FlashAttention 3 checks.
+
+Runs on the GPU where there is one (sm89 or newer), else in Triton's interpreter: Triton 3.9's
+interpreter loads e4m3 tensors and multiplies them correctly, but its fp32 -> fp8 conversion
+carries a rounding overflow into the wrong bit and its fp32 -> bfloat16 conversion truncates, so
+the kernel rounds to the target grid first there (fp8_kernels.py); test_casts_match_torch checks
+that this rounding and, on a GPU, the hardware conversions give torch's values.
+"""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import flash_attn
+from feature_checks import make_cu_seqlens
+from fp8_checks import FP8, assert_fp8_close, quantize, references
+
+triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
+from flash_attn.triton.fp8_kernels import _output, _pv_operand  # noqa: E402 - after the skip above
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(DEVICE == "cuda" and torch.cuda.get_device_capability() < (8, 9),
+                                reason="fp8 needs a GPU of compute capability 8.9 or newer")
+
+
+def _inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, magnitude=1.0):
+    """Quantized q, k, v (float8_e4m3fn, on DEVICE) and their descales, from randn * magnitude."""
+    new = lambda s, h: torch.randn(batch, s, h, headdim) * magnitude  # noqa: E731
+    quantized = [quantize(x, nheads_k) for x in (new(seqlen_q, nheads), new(seqlen_k, nheads_k),
+                                                  new(seqlen_k, nheads_k))]
+    tensors = [x8 for x8, _ in quantized]
+    descales = [d for _, d in quantized]
+    return tensors, descales
+
+
+def _on_device(tensors):
+    return [t.to(DEVICE) for t in tensors]
+
+
+# (batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap, alibi)
+DENSE_CASES = {
+    "causal_gqa_hd64": (2, 70, 75, 4, 2, 64, True, (-1, -1), 0.0, False),
+    "window_softcap_alibi_mqa_hd40": (1, 90, 60, 2, 1, 40, False, (20, 10), 8.0, True),
+    "hd128_seqlen_q_1": (2, 1, 130, 2, 2, 128, False, (-1, -1), 0.0, False),
+}
+
+
+@pytest.mark.parametrize("name", DENSE_CASES)
+def test_fp8_dense(name):
+    batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap, alibi = DENSE_CASES[name]
+    (q8, k8, v8), descales = _inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim)
+    slopes = (torch.rand(nheads) * 0.3 + 0.05) if alibi else None
+    options = dict(causal=causal, window_size=window_size, softcap=softcap)
+    out, lse, _ = flash_attn.flash_attn_func(
+        *_on_device((q8, k8, v8)), **options, alibi_slopes=None if slopes is None else slopes.to(DEVICE),
+        return_attn_probs=True, **dict(zip(("q_descale", "k_descale", "v_descale"), _on_device(descales))))
+    assert_fp8_close(out.cpu(), lse.cpu(),
+                     *references(q8, k8, v8, descales, headdim ** -0.5, alibi_slopes=slopes, **options))
+
+
+def test_fp8_without_descales_is_descale_one():
+    """None descales mean 1.0 (FlashAttention 3's default): inputs already in e4m3's range; head
+    dim 16 (the kernel's head block is then 32, tl.dot's smallest for 8-bit operands)."""
+    q8, k8, v8 = (torch.randn(1, 40, 2, 16).to(FP8) for _ in range(3))
+    out, lse, _ = flash_attn.flash_attn_func(*_on_device((q8, k8, v8)), causal=True, return_attn_probs=True)
+    ones = [torch.ones(1, 2) for _ in range(3)]
+    assert_fp8_close(out.cpu(), lse.cpu(), *references(q8, k8, v8, ones, 0.25, causal=True))
+
+
+def test_fp8_varlen():
+    """Packed sequences of lengths 0, 1, 37 and 64 (GQA, causal), descales per sequence; each sequence
+    against the references run on it alone, the rows outside every sequence left at zero."""
+    lengths, nheads, nheads_k, headdim = [0, 1, 37, 64], 4, 2, 32
+    sequences = [_inputs(1, n, n, nheads, nheads_k, headdim, magnitude=1.0 + b) for b, n in enumerate(lengths)]
+    packed = [torch.cat([tensors[i][0] for tensors, _ in sequences]) for i in range(3)]
+    descales = [torch.cat([d[i] for _, d in sequences]) for i in range(3)]
+    cu = make_cu_seqlens(lengths, DEVICE)
+    out, lse, _ = flash_attn.flash_attn_varlen_func(
+        *_on_device(packed), cu, cu, max(lengths), max(lengths), causal=True, return_attn_probs=True,
+        **dict(zip(("q_descale", "k_descale", "v_descale"), _on_device(descales))))
+    out, lse, starts = out.cpu(), lse.cpu(), cu.tolist()
+    for b, ((q8, k8, v8), seq_descales) in enumerate(sequences):
+        if lengths[b] == 0:
+            continue
+        rows = slice(starts[b], starts[b + 1])
+        assert_fp8_close(out[rows].unsqueeze(0), lse[:, rows].unsqueeze(0),
+                         *references(q8, k8, v8, seq_descales, headdim ** -0.5, causal=True))
+
+
+def test_fp8_under_torch_compile():
+    """torch.compile(fullgraph=True) traces the fp8 op through its fake kernel and runs the same kernel."""
+    (q8, k8, v8), descales = _inputs(1, 33, 33, 2, 1, 32)
+    args = _on_device((q8, k8, v8))
+    kwargs = dict(zip(("q_descale", "k_descale", "v_descale"), _on_device(descales)), causal=True)
+    compiled = torch.compile(flash_attn.flash_attn_func, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(*args, **kwargs), flash_attn.flash_attn_func(*args, **kwargs), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_fp8_opcheck(varlen):
+    """torch.library.opcheck of flash_attn::triton_fwd_fp8: fake kernel, autograd registration, AOT
+    dispatch. (opcheck's test_schema is left out: it multiplies the inputs, which torch cannot do
+    in float8_e4m3fn.)"""
+    q, k, v = (torch.randn(1, 20, 2, 32).to(FP8).to(DEVICE) for _ in range(3))
+    descale = torch.rand(1, 2, device=DEVICE) + 0.5
+    args = (q, k, v, descale, descale, None, None, None, 20, 20, 0.2, -1, 0, 0.0, None)
+    if varlen:
+        cu = torch.tensor([0, 7, 20], dtype=torch.int32, device=DEVICE)
+        args = (q[0], k[0], v[0], None, torch.ones(2, 2, device=DEVICE), None, cu, cu, 13, 13, 0.2, 5, -1, 5.0, None)
+    torch.library.opcheck(torch.ops.flash_attn.triton_fwd_fp8.default, args,
+                          test_utils=("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic"))
+
+
+def test_fp8_has_no_backward():
+    q8, k8, v8 = (torch.randn(1, 16, 1, 32).to(FP8).to(DEVICE).requires_grad_() for _ in range(3))
+    out = flash_attn.flash_attn_func(q8, k8, v8)
+    with pytest.raises(NotImplementedError, match="no backward .FlashAttention 3 has no fp8 backward"):
+        out.float().sum().backward()
+
+
+FP8_ERRORS = {  # name: (arguments to the call over fp8 tensors (1, 8, 2, 32), exception, message)
+    "descale_with_bf16": (dict(dtype=torch.bfloat16, q_descale=torch.ones(1, 2)), ValueError,
+                          "q_descale applies to float8_e4m3fn inputs only"),
+    "descale_shape": (dict(k_descale=torch.ones(2, 1)), ValueError,
+                      r"k_descale must have shape \(batch, nheads_k\) = \(1, 2\), got \(2, 1\)"),
+    "descale_dtype": (dict(v_descale=torch.ones(1, 2, dtype=torch.float16)), TypeError,
+                      "v_descale must be float32"),
+    "dropout": (dict(dropout_p=0.1), ValueError, "dropout_p must be 0 with float8_e4m3fn"),
+    "k_not_fp8": (dict(k_dtype=torch.bfloat16), TypeError, "k has dtype torch.bfloat16 but q has torch.float8_e4m3fn"),
+}
+
+
+@pytest.mark.parametrize("name", FP8_ERRORS)
+def test_fp8_errors(name):
+    options, exception, message = FP8_ERRORS[name]
+    options = dict(options)
+    dtype, k_dtype = options.pop("dtype", FP8), options.pop("k_dtype", None)
+    q, k, v = (torch.randn(1, 8, 2, 32).to(dtype).to(DEVICE) for _ in range(3))
+    if k_dtype is not None:
+        k = k.to(k_dtype)
+    options = {key: value.to(DEVICE) if isinstance(value, torch.Tensor) else value for key, value in options.items()}
+    with pytest.raises(exception, match=message):
+        flash_attn.flash_attn_func(q, k, v, **options)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="CPU tensors outside the interpreter")
+def test_fp8_cpu_tensors_need_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q = torch.randn(1, 8, 2, 32).to(FP8)
+    with pytest.raises(TypeError, match="float8_e4m3fn inputs run the Triton backend, which needs GPU tensors"):
+        flash_attn.flash_attn_func(q, q, q)
+
+
+def test_fp8_kvcache_is_refused():
+    q = torch.randn(1, 1, 2, 32).to(FP8).to(DEVICE)
+    cache = torch.randn(1, 16, 2, 32).to(FP8).to(DEVICE)
+    with pytest.raises(TypeError, match="q has dtype torch.float8_e4m3fn"):
+        flash_attn.flash_attn_with_kvcache(q, cache, cache.clone())
+
+
+@triton.jit
+def _cast_kernel(P, X, P8, X16, N: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr):
+    offsets = tl.arange(0, N)
+    tl.store(P8 + offsets, _pv_operand(tl.load(P + offsets), tl.float8e4nv, INTERPRETER_ROUNDING))
+    tl.store(X16 + offsets, _output(tl.load(X + offsets), tl.bfloat16, INTERPRETER_ROUNDING))
+
+
+def _probabilities_to_cast(n):
+    """n values in [0, 1]: every e4m3 value there, the exact ties between neighbours, the smallest tie
+    (rounds to 0), a value just below 2^-6 (the subnormal edge), and random ones."""
+    grid = torch.arange(0, 127, dtype=torch.uint8).view(FP8).float()  # every e4m3 value in [0, 448)
+    grid = grid[grid <= 1]
+    ties = (grid[1:] + grid[:-1]) / 2
+    edges = torch.tensor([2.0 ** -10, 0.0155])
+    return torch.cat([grid, ties, edges, torch.rand(n - grid.numel() - ties.numel() - edges.numel())])
+
+
+def _bf16_ties(x):
+    """The midpoints between each bfloat16 value of x and its neighbour one unit further from 0 (exact in fp32)."""
+    low = x.bfloat16().float()
+    high = (low.view(torch.int32) + 65536).view(torch.float32)
+    return (low + high) / 2
+
+
+@pytest.mark.parametrize("interpreter_rounding", [True] + ([False] if DEVICE == "cuda" else []),
+                         ids=lambda r: "rounded_first" if r else "hardware_cast")
+def test_casts_match_torch(interpreter_rounding):
+    """The fp8 kernel's two narrowing casts give torch's values (round to nearest even) bit for bit:
+    P to e4m3, and the output to bfloat16 (randn values and exact ties). Under the interpreter only
+    the rounded-first path runs (its own casts are what the rounding works around); on a GPU both."""
+    n = 4096
+    p = _probabilities_to_cast(n).to(DEVICE)
+    x = torch.randn(n)
+    x[:64] = _bf16_ties(x[:64])
+    x = x.to(DEVICE)
+    p8, x16 = torch.empty(n, dtype=FP8, device=DEVICE), torch.empty(n, dtype=torch.bfloat16, device=DEVICE)
+    _cast_kernel[(1,)](p, x, p8, x16, N=n, INTERPRETER_ROUNDING=interpreter_rounding)
+    assert torch.equal(p8.view(torch.uint8).cpu(), p.cpu().to(FP8).view(torch.uint8))
+    assert torch.equal(x16.view(torch.int16).cpu(), x.cpu().bfloat16().view(torch.int16))
