@@ -30,7 +30,6 @@
 #include "common.cuh"
 #include "dropout.cuh"
 #include "fragment_scores.cuh"
-#include "fwd_drop_ring.cuh"
 #include "fwd_kernel_sm90.cuh"
 #include "fwd_query_block.cuh"
 #include "mask.cuh"
@@ -41,7 +40,7 @@
 
 namespace flash {
 
-template <int kHeadDim_, int kBlockN_, int kConsumers_, int kStages_, bool kDropRing_ = false>
+template <int kHeadDim_, int kBlockN_, int kConsumers_, int kStages_>
 struct FwdWsConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;        // keys per step: the N of the S wgmma
@@ -58,20 +57,13 @@ struct FwdWsConfig {
                 "register file");
   using QTile = arch::SwizzledTile<kBlockM, kHeadDim>;
   using KVTile = arch::SwizzledTile<kBlockN, kHeadDim>;
-  // The score-extras kernel's dropout tests come from the producer warpgroup through a ring of
-  // kStages slots (fwd_drop_ring.cuh): 16 bytes per lane and 32-key pair of every math warp.
-  static constexpr bool kDropRing = kDropRing_;
-  static constexpr int kDropSlotBytes = kDropRing ? kConsumers * 4 * (kBlockN / 32) * arch::kWarpSize * 16 : 0;
-  // Q full / empty; K full / empty; V full / empty; drop tests full / empty
-  static constexpr int kBarriers = 2 + 4 * kStages + (kDropRing ? 2 * kStages : 0);
+  static constexpr int kBarriers = 2 + 4 * kStages;  // Q full / empty; K full / empty; V full / empty
   static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, a QTile
   // The epilogue stages O in a shared tile of its own (whole-line stores, under the next tile's
   // loads) where it fits beside Q and the rings; otherwise (hd 256: Q and two 64-key slots of K and
   // V take 192 of the 227 KiB) O goes straight from the accumulators to global memory.
-  static constexpr bool kStageO =
-      kOOffset + QTile::kBytes + kStages * kDropSlotBytes + kBarriers * 8 <= arch::kMaxSmemBytesPerBlock;
-  static constexpr int kDropOffset = kOOffset + (kStageO ? QTile::kBytes : 0);
-  static constexpr int kBarrierOffset = kDropOffset + kStages * kDropSlotBytes;
+  static constexpr bool kStageO = kOOffset + QTile::kBytes + kBarriers * 8 <= arch::kMaxSmemBytesPerBlock;
+  static constexpr int kBarrierOffset = kOOffset + (kStageO ? QTile::kBytes : 0);
   static constexpr int kConsumerThreads = kConsumers * arch::kWarpgroupThreads;
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
   static_assert(kSmemBytes <= arch::kMaxSmemBytesPerBlock, "Hopper's shared memory per block");
@@ -79,8 +71,7 @@ struct FwdWsConfig {
   static_assert(kBlockM <= 256 && kBlockN <= 256, "TMA boxes hold at most 256 rows");
 };
 
-// Shared memory: Q, the K ring, the V ring, O if staged (all 1024-byte aligned), the drop-test ring
-// if any, then the mbarriers.
+// Shared memory: Q, the K ring, the V ring, O if staged (all 1024-byte aligned), then the mbarriers.
 template <typename Cfg>
 struct FwdWsSmem {
   char* base;
@@ -98,11 +89,6 @@ struct FwdWsSmem {
   __device__ __forceinline__ uint64_t* k_empty(int slot) const { return barrier(2 + Cfg::kStages + slot); }
   __device__ __forceinline__ uint64_t* v_full(int slot) const { return barrier(2 + 2 * Cfg::kStages + slot); }
   __device__ __forceinline__ uint64_t* v_empty(int slot) const { return barrier(2 + 3 * Cfg::kStages + slot); }
-  __device__ __forceinline__ uint4* drop_slot(int slot) const {
-    return reinterpret_cast<uint4*>(base + Cfg::kDropOffset + slot * Cfg::kDropSlotBytes);
-  }
-  __device__ __forceinline__ uint64_t* drop_full(int slot) const { return barrier(2 + 4 * Cfg::kStages + slot); }
-  __device__ __forceinline__ uint64_t* drop_empty(int slot) const { return barrier(2 + 5 * Cfg::kStages + slot); }
 
   // One thread, before any other touches them.
   __device__ __forceinline__ void init_barriers() const {
@@ -113,10 +99,6 @@ struct FwdWsSmem {
       arch::mbarrier_init(v_full(slot), 1);
       arch::mbarrier_init(k_empty(slot), Cfg::kConsumers);  // one arrival per consumer warpgroup
       arch::mbarrier_init(v_empty(slot), Cfg::kConsumers);
-      if constexpr (Cfg::kDropRing) {
-        arch::mbarrier_init(drop_full(slot), kFwdDropWarps * arch::kWarpSize);  // every drawing thread
-        arch::mbarrier_init(drop_empty(slot), Cfg::kConsumers * 4);             // every math warp
-      }
     }
     arch::fence_mbarrier_init();
   }
@@ -247,13 +229,9 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
     if constexpr (!kFirst)
       issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(RingPosition<kStages>(ring + i - 1).slot));
     turns.pass();
-    if constexpr (kScoreExtras) {  // dropout's tests, while S's MMAs run: from the ring, or drawn here
-      if constexpr (Cfg::kDropRing) {
-        if (dropout.enabled) rows.drop_tests = take_fwd_drop_tests<Cfg>(s, ring + i, warp_row0 / 16, lane);
-      } else {
-        if (dropout.enabled)
-          rows.drop_tests = drop_tests_fwd<1, kBlockN / 8>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
-      }
+    if constexpr (kScoreExtras) {  // dropout's random bytes, while S's MMAs run
+      if (dropout.enabled)
+        rows.drop_tests = drop_tests_fwd<1, kBlockN / 8>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     }
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
     if (releases) {
@@ -275,26 +253,6 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
   if (releases) arch::mbarrier_arrive(s.v_empty(last.slot));
   rows.finalize(p, dropout.keep_scale, qb.lse(p), warp_row0, rows_q, lane);
   write_output_rows<T, Cfg>(p, s, qb, rows.acc, turns, group_tid);
-}
-
-// A drawing warp of the producer warpgroup (fwd_drop_ring.cuh) over the tiles the TMA producer
-// walks, the same ones skipped, the rings' position counted the same way.
-template <typename Cfg, typename QueryBlock>
-__device__ __forceinline__ void draw_walk_drop_tests(const FwdParams& p, const FwdWsSmem<Cfg>& s,
-                                                     const QueryTileOrder& order, int drop_warp, int lane) {
-  const int tiles = query_tile_count<Cfg::kBlockM>(p);
-  QueryTileWalk<Cfg::kBlockM> walk;
-  int ring = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const QueryTileCoord at = walk.locate(p, order, tile);
-    if (!at.valid()) break;
-    const auto qb = QueryBlock::at(p, at.m_block, at.head, at.batch);
-    if (qb.rows_q <= 0 || qb.key_blocks() == 0) continue;
-    const Dropout dropout = qb.template dropout<true>(p);
-    if (!dropout.enabled) return;  // the same for every tile: the math warps take no tests either
-    draw_fwd_tile_drop_tests<Cfg>(s, dropout, qb.m0, qb.n_end - 1, qb.key_blocks(), ring, drop_warp, lane);
-    ring += qb.key_blocks();
-  }
 }
 
 // kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
@@ -322,12 +280,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint32_t tile_parity = 0;
   if (warpgroup == 0) {
     arch::release_registers_to<Cfg::kProducerRegs>();
-    if constexpr (Cfg::kDropRing) {
-      if (tid >= arch::kWarpSize) {
-        draw_walk_drop_tests<Cfg, QueryBlock>(p, s, order, tid / arch::kWarpSize - 1, tid % arch::kWarpSize);
-        return;
-      }
-    }
     if (tid != 0) return;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const QueryTileCoord at = walk.locate(p, order, tile);

@@ -68,14 +68,14 @@ template <>
 struct FwdWsTile<64> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<64, 128, 3, 2>;
-  using extras_type = FwdWsConfig<64, 128, 3, 2, true>;
+  using extras_type = type;
   static bool preferred(const FwdParams& p) { return p.shape.seqlen_k >= (p.causal ? 2048 : 512); }
 };
 template <>
 struct FwdWsTile<128> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<128, 128, 2, 2>;
-  using extras_type = FwdWsConfig<128, 128, 2, 2, true>;
+  using extras_type = type;
   static bool preferred(const FwdParams&) { return true; }
 };
 // hd 192 and 256: two consumers, two slots. Dropout's drop tests pair 16-column tiles
@@ -88,14 +88,14 @@ template <>
 struct FwdWsTile<192> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<192, 64, 2, 2>;
-  using extras_type = FwdWsConfig<192, 64, 2, 2, true>;
+  using extras_type = type;
   static bool preferred(const FwdParams&) { return true; }
 };
 template <>
 struct FwdWsTile<256> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<256, 80, 2, 2>;
-  using extras_type = FwdWsConfig<256, 64, 2, 2, true>;
+  using extras_type = FwdWsConfig<256, 64, 2, 2>;
   static bool preferred(const FwdParams&) { return true; }
 };
 

@@ -1,1 +1,0 @@
-"""Integrations with other libraries (`flash_attn.integrations.transformers`: Hugging Face transformers)."""
