@@ -14,10 +14,33 @@ namespace flash {
 // scores: a (kAtomM*MT x kAtomN*NT) tile whose first row is row0 and first column col0 (absolute
 // indices within the sequence). The forward holds S (rows are queries); the backward holds S^T
 // (rows are keys): kRowsAreKeys.
+// Each step is its own loop over the fragment behind a test of its flag, uniform over the CTA:
+// with the tests inside one loop ptxas branched on them per score (18 instructions a score with
+// softcap; ncu: the softcap forward ran 3.6x the plain one's instructions, 4.0x its time).
 template <bool kRowsAreKeys, int MT, int NT>
 __device__ __forceinline__ void scores_to_logits(float (&scores)[MT][NT][arch::kAccRegs], const AttentionMask& mask,
                                                  const ScoreMod& mod, bool needs_mask, int row0, int col0, int lane) {
-  if (!needs_mask && !mod.active()) return;
+  if (mod.has_softcap()) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int r = 0; r < arch::kAccRegs; ++r) scores[mt][nt][r] = mod.capped(scores[mt][nt][r]);
+  }
+  if (mod.has_alibi) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int r = 0; r < arch::kAccRegs; ++r) {
+          const int row = row0 + mt * arch::kAtomM + arch::acc_row(lane, r);
+          const int col = col0 + nt * arch::kAtomN + arch::acc_col(lane, r);
+          scores[mt][nt][r] += kRowsAreKeys ? mod.bias(col, row) : mod.bias(row, col);
+        }
+  }
+  if (!needs_mask) return;
   // Each fragment row's visible columns, counted from its register's column in atom 0, computed
   // once before the score loop (inside it, ptxas rebuilt them per score, branches and all), so
   // that each score compares a constant.
@@ -35,14 +58,8 @@ __device__ __forceinline__ void scores_to_logits(float (&scores)[MT][NT][arch::k
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int r = 0; r < arch::kAccRegs; ++r) {
-        const int row = row0 + mt * arch::kAtomM + arch::acc_row(lane, r);
-        const int col = col0 + nt * arch::kAtomN + arch::acc_col(lane, r);
-        const int query = kRowsAreKeys ? col : row, key = kRowsAreKeys ? row : col;
-        float& x = scores[mt][nt][r];
-        if (mod.active()) x = mod.logit(x, query, key);
-        if (needs_mask && !visible[mt][r].contains(nt * arch::kAtomN)) x = -INFINITY;
-      }
+      for (int r = 0; r < arch::kAccRegs; ++r)
+        if (!visible[mt][r].contains(nt * arch::kAtomN)) scores[mt][nt][r] = -INFINITY;
 }
 
 }  // namespace flash

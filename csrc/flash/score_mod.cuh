@@ -9,7 +9,8 @@
 // (capped) score, i.e. that bias / logit_scale to x.
 // Backward: d(score)/d(q.k) is softmax_scale, times 1 - t^2 with softcap (t = tanh(...)).
 // Both modifiers are runtime flags uniform over a CTA: with both off, `logit` returns its input
-// and the kernels' plain path is what it was (no extra registers live across the loop).
+// and the kernels' plain path is what it was (no extra registers live across the loop). A
+// fragment's loops test them once, outside the loop over its scores (fragment_scores.cuh).
 #pragma once
 
 #include <cmath>
@@ -20,15 +21,17 @@
 
 namespace flash {
 
-// tanh from one exp2 and one reciprocal on the special-function unit: absolute error about 1e-7
-// (tanh.approx.f32 has a relative error near 2^-11, enough to fail the fp16 tolerance rule).
-__device__ __forceinline__ float tanh_accurate(float v) {
-  constexpr float kTwoLog2e = 2.8853900817779268f;  // 2 * log2(e)
-  return 1.f - 2.f * arch::reciprocal_approx(arch::exp2_approx(v * kTwoLog2e) + 1.f);
+constexpr float kTwoLog2e = 2.8853900817779268f;  // 2 * log2(e)
+
+// tanh(v) from u = 2 log2(e) v: 1 - 2 / (2^u + 1), one exp2 and one reciprocal on the
+// special-function unit and one FFMA; absolute error about 1e-7 (tanh.approx.f32 has a relative
+// error near 2^-11, enough to fail the fp16 tolerance rule).
+__device__ __forceinline__ float tanh_of_exp2_argument(float u) {
+  return fmaf(-2.f, arch::reciprocal_approx(arch::exp2_approx(u) + 1.f), 1.f);
 }
 
 struct ScoreMod {
-  float softcap_prescale;  // softmax_scale / softcap; 0: no softcap
+  float softcap_exp2_scale;  // 2 log2(e) softmax_scale / softcap: q.k to tanh's exp2 argument; 0: no softcap
   float alibi_slope;       // slope / logit_scale, in units of x
   bool has_alibi;
   int diagonal_offset;     // seqlen_k - seqlen_q of this sequence
@@ -37,7 +40,7 @@ struct ScoreMod {
   __device__ __forceinline__ static ScoreMod of(const FwdParams& p, int batch, int head, int diagonal_offset) {
     ScoreMod m;
     const ScoreModArgs& a = p.score_mod;
-    m.softcap_prescale = kSoftcapCompiled && a.softcap > 0.f ? p.softmax_scale / a.softcap : 0.f;
+    m.softcap_exp2_scale = kSoftcapCompiled && a.softcap > 0.f ? kTwoLog2e * p.softmax_scale / a.softcap : 0.f;
     m.has_alibi = kAlibiCompiled && a.alibi_slopes != nullptr;
     m.alibi_slope = m.has_alibi ? a.alibi_slopes[batch * a.alibi_batch_stride + head] / p.logit_scale : 0.f;
     m.diagonal_offset = diagonal_offset;
@@ -48,12 +51,12 @@ struct ScoreMod {
   // No modifier: what the kernels' plain variants use, known at compile time.
   __device__ __forceinline__ static ScoreMod none() { return ScoreMod{0.f, 0.f, false, 0, 0.f}; }
 
-  __device__ __forceinline__ bool has_softcap() const { return softcap_prescale != 0.f; }
+  __device__ __forceinline__ bool has_softcap() const { return softcap_exp2_scale != 0.f; }
   __device__ __forceinline__ bool active() const { return has_softcap() || has_alibi; }
 
-  // The capped score before the bias: t = tanh(s * prescale), or s.
+  // The capped score before the bias: t = tanh(s * softmax_scale / softcap), or s.
   __device__ __forceinline__ float capped(float score) const {
-    return has_softcap() ? tanh_accurate(score * softcap_prescale) : score;
+    return has_softcap() ? tanh_of_exp2_argument(score * softcap_exp2_scale) : score;
   }
 
   // ALiBi's bias of (query, key) in units of x.
