@@ -60,8 +60,9 @@ struct FwdWsConfig {
   static constexpr int kBarriers = 2 + 4 * kStages;  // Q full / empty; K full / empty; V full / empty
   static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, a QTile
   // The epilogue stages O in a shared tile of its own (whole-line stores, under the next tile's
-  // loads) where it fits beside Q and the rings; otherwise (hd 256: Q and two 64-key slots of K and
-  // V take 192 of the 227 KiB) O goes straight from the accumulators to global memory.
+  // loads) where it fits beside Q and the rings; otherwise (hd 256: Q and two slots of K and V take
+  // 192 of the 227 KiB with 64-key steps, 224 with 80) O goes straight from the accumulators to
+  // global memory.
   static constexpr bool kStageO = kOOffset + QTile::kBytes + kBarriers * 8 <= arch::kMaxSmemBytesPerBlock;
   static constexpr int kBarrierOffset = kOOffset + (kStageO ? QTile::kBytes : 0);
   static constexpr int kConsumerThreads = kConsumers * arch::kWarpgroupThreads;
