@@ -1,6 +1,7 @@
 """Dropout's cost alone: forward and backward with dropout_p = 0.1 against 0 at the features suite's
 dropout shape (b=2, s=8k, 16 heads, hd 128, bf16, non-causal) and at hd 64 (b=4, s=8k, 16 heads),
-plus softcap 30 without dropout (the same score-extras kernels: the cost of the score modifiers).
+plus softcap 30 and ALiBi (slopes 2^(-8 h / heads)) without dropout (the same score-extras kernels:
+the cost of the score modifiers).
 do_bench median, L2 flushed per run.
 
     python benchmarks/experiments/dropout_cost.py [--label NAME]
@@ -36,16 +37,19 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--label", default="")
     label = parser.parse_args().label
-    print("| build | shape | fwd plain | fwd softcap | fwd dropout | fwd extra | bwd plain | bwd softcap | bwd dropout "
-          "| bwd extra |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| build | shape | fwd plain | fwd softcap | fwd alibi | fwd dropout | fwd extra | bwd plain | bwd softcap "
+          "| bwd alibi | bwd dropout | bwd extra |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for shape in SHAPES:
+        heads = shape[2]
+        slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1, device="cuda") / heads)
         plain = row(shape)
         softcap = row(shape, softcap=30.0)
+        alibi = row(shape, alibi_slopes=slopes)
         dropout = row(shape, dropout_p=0.1)
         print(f"| {label} | b={shape[0]} s={shape[1]} h={shape[2]} d={shape[3]} | {plain[0]:.0f} | {softcap[0]:.0f} | "
-              f"{dropout[0]:.0f} | {dropout[0] / plain[0] - 1:+.1%} | {plain[1]:.0f} | {softcap[1]:.0f} | "
-              f"{dropout[1]:.0f} | {dropout[1] / plain[1] - 1:+.1%} |")
+              f"{alibi[0]:.0f} | {dropout[0]:.0f} | {dropout[0] / plain[0] - 1:+.1%} | {plain[1]:.0f} | "
+              f"{softcap[1]:.0f} | {alibi[1]:.0f} | {dropout[1]:.0f} | {dropout[1] / plain[1] - 1:+.1%} |")
 
 
 if __name__ == "__main__":
