@@ -1,7 +1,8 @@
 // Before a kvcache attention: writes the new keys (rotated) and values into the cache at
-// cache_seqlens, and the rotated queries into q_rotated. CTA (token, piece group, batch); each
-// thread moves 16-byte pieces (rotary.cuh). New tokens past the cache's capacity are not written
-// (the attention does not see them either: kvcache_view.cuh).
+// cache_seqlens. CTA (token, piece group, batch); each thread moves 16-byte pieces (rotary.cuh).
+// New tokens past the cache's capacity are not written (the attention does not see them either:
+// kvcache_view.cuh). The queries are rotated by the split-KV kernel as it loads them, so that it
+// need not wait for this kernel until it reaches the new tokens.
 #pragma once
 
 #include "arch/arch.cuh"
@@ -13,18 +14,6 @@
 namespace flash {
 
 constexpr int kAppendThreads = 128;
-
-// Rows of cos / sin at a rotary position, clamped below seqlen_ro; nulls when rotary is off.
-template <typename T>
-__device__ __forceinline__ void rotary_rows(const RotaryArgs& r, int position, const T*& cos_row, const T*& sin_row) {
-  if (r.cos == nullptr) {
-    cos_row = sin_row = nullptr;
-    return;
-  }
-  const int64_t row = min(max(position, 0), r.seqlen_ro - 1) * static_cast<int64_t>(r.rotary_dim / 2);
-  cos_row = static_cast<const T*>(r.cos) + row;
-  sin_row = static_cast<const T*>(r.sin) + row;
-}
 
 template <typename T>
 __device__ __forceinline__ void append_token(const KvAppendParams& p, const KvCacheView& cache, int batch, int token,
@@ -48,30 +37,12 @@ __device__ __forceinline__ void append_token(const KvAppendParams& p, const KvCa
   }
 }
 
-template <typename T>
-__device__ __forceinline__ void rotate_query(const KvAppendParams& p, const KvCacheView& cache, int batch, int token,
-                                             int pieces) {
-  if (p.rotary.cos == nullptr || token >= p.shape.seqlen_q) return;
-  const T *cos_row, *sin_row;
-  rotary_rows<T>(p.rotary, cache.append_at + (p.rotary.q_positions_per_token ? token : 0), cos_row, sin_row);
-  for (int item = blockIdx.y * blockDim.x + threadIdx.x; item < p.shape.heads * pieces; item += gridDim.y * blockDim.x) {
-    const int head = item / pieces, piece = item % pieces;
-    const int64_t src = batch * p.q.batch_stride + token * p.q.row_stride + head * p.q.head_stride;
-    const int64_t dst = batch * p.q_rotated.batch_stride + token * p.q_rotated.row_stride + head * p.q_rotated.head_stride;
-    rotate_piece(reinterpret_cast<T*>(p.q_rotated.ptr) + dst, reinterpret_cast<const T*>(p.q.ptr) + src, piece,
-                 cos_row, sin_row, p.rotary);
-  }
-}
-
-// Grid: (max(seqlen_new, seqlen_q with rotary), piece groups, batch).
+// Grid: (seqlen_new, piece groups, batch).
 template <typename T>
 __global__ void __launch_bounds__(kAppendThreads) kvcache_append_kernel(const KvAppendParams p) {
-  arch::allow_dependent_launch();  // the split-KV kernel may start; it waits for this grid to finish
+  arch::allow_dependent_launch();  // the split-KV kernel may start; it waits for this grid before the new rows
   const int batch = blockIdx.z, token = blockIdx.x;
-  const KvCacheView cache = KvCacheView::of(p.cache, batch);
-  const int pieces = p.shape.headdim / kRotaryPiece;
-  append_token<T>(p, cache, batch, token, pieces);
-  rotate_query<T>(p, cache, batch, token, pieces);
+  append_token<T>(p, KvCacheView::of(p.cache, batch), batch, token, p.shape.headdim / kRotaryPiece);
 }
 
 }  // namespace flash

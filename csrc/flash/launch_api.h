@@ -15,7 +15,8 @@ cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream);
 template <typename T, int kHeadDim>
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
 
-// flash_attn_with_kvcache: appends the new tokens to the cache (rotary applied), then attends;
+// flash_attn_with_kvcache: appends the new tokens to the cache (keys rotated), then attends (queries
+// rotated as they are loaded);
 // params.num_splits > 1 needs out_accum / lse_accum (params.h).
 template <typename T, int kHeadDim>
 cudaError_t run_fwd_kvcache(const KvAppendParams& append, const SplitKvParams& params, cudaStream_t stream);

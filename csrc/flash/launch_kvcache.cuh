@@ -31,15 +31,15 @@ template <> struct SplitKvTile<192> { using type = SplitKvConfig<192, 16, 3, 4>;
 template <> struct SplitKvTile<256> { using type = SplitKvConfig<256, 16, 3, 4>; };
 
 // The kernels of one call follow each other as dependent launches (launch_dependent.h): each may
-// start while the one before it finishes, and waits for it before touching what it wrote. `launched`
+// start while the one before it runs, and waits for it before touching what it wrote (the split-KV
+// kernel only before its steps that reach the new tokens, and before it exits). `launched`
 // says whether a kernel went out, so that the next one knows whether its predecessor is ours.
 template <typename T>
 cudaError_t launch_kvcache_append(const KvAppendParams& p, cudaStream_t stream, bool& launched) {
-  const int tokens = std::max(p.cache.seqlen_new, p.rotary.cos != nullptr ? p.shape.seqlen_q : 0);
-  launched = tokens > 0 && p.shape.batch > 0;
+  launched = p.cache.seqlen_new > 0 && p.shape.batch > 0;
   if (!launched) return cudaSuccess;
-  const int items = p.shape.heads * (p.shape.headdim / kRotaryPiece);  // the larger of the q and k/v work
-  const dim3 grid(tokens, ceil_div(items, kAppendThreads), p.shape.batch);
+  const int items = p.shape.heads_k * (p.shape.headdim / kRotaryPiece);
+  const dim3 grid(p.cache.seqlen_new, ceil_div(items, kAppendThreads), p.shape.batch);
   return launch_kernel(kvcache_append_kernel<T>, grid, kAppendThreads, 0, stream, false, p);
 }
 

@@ -125,7 +125,8 @@ struct KvCacheArgs {
   int seqlen_new;              // tokens appended per batch entry (0: none)
 };
 
-// Rotary embedding of q and the new keys, applied by the append kernel: cos / sin are
+// Rotary embedding of q and the new keys: the append kernel rotates the new keys, the split-KV
+// kernel its queries as it loads them. cos / sin are
 // (seqlen_ro, rotary_dim / 2) in the element type. Non-interleaved rotates (x[i], x[i + dim/2]),
 // interleaved (x[2i], x[2i + 1]). New key t sits at position cache_seqlens + t; query t too when
 // q_positions_per_token (causal or local attention), else every query at cache_seqlens.
@@ -138,10 +139,8 @@ struct RotaryArgs {
   bool q_positions_per_token;
 };
 
-// Writing the new tokens (and rotating q) before the attention reads the cache.
+// Writing the new tokens (keys rotated) into the cache before the attention reads them.
 struct KvAppendParams {
-  Strided4d q;          // (batch, seqlen_q, heads, headdim), read when rotary is on
-  Strided4d q_rotated;  // its rotated copy, written when rotary is on
   Strided4d k_new, v_new;      // (batch, seqlen_new, heads_k, headdim)
   Strided4d k_cache, v_cache;  // written at the new tokens' positions
   AttentionShape shape;
@@ -154,9 +153,10 @@ struct KvAppendParams {
 // With num_splits > 1 each split writes fp32 partial outputs and lse, which the combine kernel
 // merges into out and lse.
 struct SplitKvParams {
-  FwdParams fwd;       // q (rotated), k / v = the caches, out, lse (batch, heads, seqlen_q); shape.seqlen_k
-                       // is the capacity; window, score modifiers and scales as in the forward
+  FwdParams fwd;       // q, k / v = the caches, out, lse (batch, heads, seqlen_q); shape.seqlen_k is the
+                       // capacity; window, score modifiers and scales as in the forward
   KvCacheArgs cache;
+  RotaryArgs rotary;   // applied to q as it is loaded
   int num_splits;
   float* out_accum;    // (num_splits, batch, heads, seqlen_q, headdim_accum) fp32; num_splits > 1
   float* lse_accum;    // (num_splits, batch, heads, seqlen_q) fp32, natural log; -inf: empty split

@@ -38,6 +38,18 @@ __device__ __forceinline__ void rotate_pair(T& a, T& b, T cos_t, T sin_t) {
   b = arch::from_float<T>(__fadd_rn(__fmul_rn(x, s), __fmul_rn(y, c)));
 }
 
+// Rows of cos / sin at a rotary position, clamped below seqlen_ro; nulls when rotary is off.
+template <typename T>
+__device__ __forceinline__ void rotary_rows(const RotaryArgs& r, int position, const T*& cos_row, const T*& sin_row) {
+  if (r.cos == nullptr) {
+    cos_row = sin_row = nullptr;
+    return;
+  }
+  const int64_t row = min(max(position, 0), r.seqlen_ro - 1) * static_cast<int64_t>(r.rotary_dim / 2);
+  cos_row = static_cast<const T*>(r.cos) + row;
+  sin_row = static_cast<const T*>(r.sin) + row;
+}
+
 // Writes piece `piece` of row src (headdim elements) to dst, rotated where it lies in the first
 // rotary_dim features (cos_row / sin_row: the rows of cos / sin at the token's position, null when
 // rotary is off). Non-interleaved pairs live in two pieces (i and i + rotary_dim / 16): the lower

@@ -16,6 +16,7 @@
 #include "kvcache_view.cuh"
 #include "mask.cuh"
 #include "params.h"
+#include "rotary.cuh"
 #include "score_mod.cuh"
 #include "softmax.cuh"
 #include "splitkv_loaders.cuh"
@@ -59,6 +60,38 @@ __device__ __forceinline__ void load_packed_queries(T* sQ, const FwdParams& f, c
     if (valid) src += batch * f.q.batch_stride + q.token(r) * f.q.row_stride + q.head(r) * f.q.head_stride + col;
     arch::cp_async_16(sQ + r * Cfg::kStride + col, src, valid);
   }
+}
+
+// With rotary: the CTA's packed query rows loaded, rotated at their positions (the first new
+// token's, or each token's own: RotaryArgs) and stored into sQ by the threads themselves; padding
+// rows are zero-filled. rotary.cuh's arithmetic, as the append kernel's on the keys.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void rotate_packed_queries(T* sQ, const FwdParams& f, const RotaryArgs& rotary,
+                                                      const PackedQueryRows& q, const KvCacheView& cache, int batch,
+                                                      int tid) {
+  static_assert(kElementsPer16B == kRotaryPiece, "one rotary piece per 16-byte piece");
+  constexpr int kPieces = Cfg::kHeadDim / kRotaryPiece;
+  for (int item = tid; item < Cfg::kRows * kPieces; item += Cfg::kThreads) {
+    const int r = item / kPieces, piece = item % kPieces;
+    T* dst = sQ + r * Cfg::kStride;
+    if (r >= q.rows || piece * kRotaryPiece >= f.shape.headdim) {
+      *reinterpret_cast<uint4*>(dst + piece * kRotaryPiece) = make_uint4(0u, 0u, 0u, 0u);
+      continue;
+    }
+    const T* src = static_cast<const T*>(f.q.ptr) + batch * f.q.batch_stride + q.token(r) * f.q.row_stride +
+                   q.head(r) * f.q.head_stride;
+    const T *cos_row, *sin_row;
+    rotary_rows<T>(rotary, cache.append_at + (rotary.q_positions_per_token ? q.token(r) : 0), cos_row, sin_row);
+    rotate_piece(dst, src, piece, cos_row, sin_row, rotary);
+  }
+}
+
+// The append kernel, launched just before this one (launch_kvcache.cuh), writes the new tokens'
+// rows: a warp waits for it before it loads a step that reaches them. The steps before the new
+// tokens, most of a long cache, stream while it runs.
+template <typename Cfg>
+__device__ __forceinline__ void wait_if_step_reaches_new_tokens(const KvCacheView& cache, int keys) {
+  if (keys + Cfg::kWarpKeys > cache.append_at - cache.first) arch::wait_for_prior_grid();
 }
 
 // S = Q.K^T of one step, its logits, the online softmax and O += P.V.
@@ -189,6 +222,7 @@ __device__ __forceinline__ void issue_first_steps(const Loader& loader,
                                                   int warp) {
   const int count = b.warp_step_count(warp);
   for (int i = 0; i < Cfg::kStages - 1 && i < count; ++i) {
+    wait_if_step_reaches_new_tokens<Cfg>(b.cache, b.warp_step_keys(warp, i, count));
     loader.issue(i, b.warp_step_keys(warp, i, count));
     loader.commit();
   }
@@ -204,7 +238,10 @@ __device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&a
   const int count = b.warp_step_count(warp);
   for (int i = 0; i < count; ++i) {
     const int ahead = i + Cfg::kStages - 1;
-    if (ahead < count) loader.issue(ahead, b.warp_step_keys(warp, ahead, count));
+    if (ahead < count) {
+      wait_if_step_reaches_new_tokens<Cfg>(b.cache, b.warp_step_keys(warp, ahead, count));
+      loader.issue(ahead, b.warp_step_keys(warp, ahead, count));
+    }
     loader.commit();
     loader.wait(i);  // step i has landed and is visible to the whole warp
     T* sK = loader.slot(i);
@@ -217,9 +254,8 @@ __device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&a
 // kBulk: Hopper bulk copies (BulkKvLoader), else cp.async (splitkv_loaders.cuh).
 template <typename T, typename Cfg, bool kPaged, bool kBulk>
 __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvParams p) {
-  // Launched as dependent after the append kernel (launch_kvcache.cuh): the cache rows and rotated
-  // queries it writes are read below. The combine kernel may then start and wait for this grid.
-  arch::wait_for_prior_grid();
+  // Launched as dependent after the append kernel (launch_kvcache.cuh): its rows are read only
+  // after wait_if_step_reaches_new_tokens. The combine kernel may start now and wait for this grid.
   arch::allow_dependent_launch();
   if constexpr (kBulk) {
     if (!arch::has_bulk_copies()) return;  // launched only where the bulk copies exist (launch_kvcache.cuh)
@@ -242,7 +278,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvPar
     mods[h] = ScoreMod::of(f, b.batch, b.q.head(r), b.mask.diagonal_offset());
   }
 
-  load_packed_queries<T, Cfg>(sQ, f, b.q, b.batch, tid);
+  const bool rotary = p.rotary.cos != nullptr;
+  if (!rotary) load_packed_queries<T, Cfg>(sQ, f, b.q, b.batch, tid);
   arch::cp_async_commit();
   float acc[1][Cfg::kDT][4];  // O: (16 packed rows x kHeadDim)
   arch::zero_accumulators(acc);
@@ -255,17 +292,22 @@ __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvPar
     const BulkKvLoader<T, Cfg, kPaged> loader{source, ring, barriers, lane};
     loader.init();
     issue_first_steps<Cfg>(loader, b, warp);
+    if (rotary) rotate_packed_queries<T, Cfg>(sQ, f, p.rotary, b.q, b.cache, b.batch, tid);  // under the loads
     arch::cp_async_wait<0>();
     __syncthreads();  // the queries are visible to every warp
     attend_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
   } else {
     const CpAsyncKvLoader<T, Cfg, kPaged> loader{source, ring, lane};
     issue_first_steps<Cfg>(loader, b, warp);
+    if (rotary) rotate_packed_queries<T, Cfg>(sQ, f, p.rotary, b.q, b.cache, b.batch, tid);
     arch::cp_async_wait<0>();
     __syncthreads();
     attend_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
   }
   arch::cp_async_wait<0>();
+  // This grid then completes after the append kernel whatever steps it had, so whatever is ordered
+  // after this grid (the combine kernel's wait, the next launch) is ordered after both.
+  arch::wait_for_prior_grid();
   __syncthreads();  // every warp is done with the pipeline's buffers
   const auto merge = MergeBuffers<Cfg>::at(smem);
   merge_warps<Cfg>(merge, acc, softmax, f.logit_scale, f.logit_scale_log2, warp, lane, tid);

@@ -223,7 +223,7 @@ std::tuple<at::Tensor, at::Tensor> mha_fwd_kvcache(
   flash::KvAppendParams append{};
   append.rotary = rotary_args(q, rotary_cos, rotary_sin, rotary_interleaved, window_left >= 0 || window_right >= 0,
                               p.cache.capacity);
-  at::Tensor k_new, v_new, q_rotated;
+  at::Tensor k_new, v_new;
   if (k_in.has_value()) {
     k_new = kernel_ready_copy(*k_in);
     v_new = kernel_ready_copy(*v_in);
@@ -231,11 +231,7 @@ std::tuple<at::Tensor, at::Tensor> mha_fwd_kvcache(
     append.v_new = strided(v_new);
     p.cache.seqlen_new = static_cast<int>(k_new.size(1));
   }
-  if (append.rotary.cos != nullptr) {
-    q_rotated = at::empty(q.sizes(), q.options());
-    append.q = strided(q);
-    append.q_rotated = strided(q_rotated);
-  }
+  p.rotary = append.rotary;
   append.k_cache = strided(k_cache);
   append.v_cache = strided(v_cache);
   append.cache = p.cache;
@@ -245,7 +241,7 @@ std::tuple<at::Tensor, at::Tensor> mha_fwd_kvcache(
   auto out = at::empty(q.sizes(), q.options());
   auto lse = at::empty({batch, heads, seqlen_q}, q.options().dtype(at::kFloat));
   poison({out, lse});
-  p.fwd.q = strided(q_rotated.defined() ? q_rotated : q);
+  p.fwd.q = strided(q);
   p.fwd.k = strided(k_cache);
   p.fwd.v = strided(v_cache);
   p.fwd.out = strided(out);
