@@ -1,9 +1,9 @@
 // The sm80-family backward (csrc/flash/bwd_kernel.cuh, with its preprocess and dQ convert kernels)
 // built for CDNA from the hipified tree, as CI's hip/ci_check.sh compiles it for gfx90a and gfx942:
-// run_bwd_cdna (launch_bwd_cdna.cuh) for fp16 and bf16 at every head dim with a CDNA tile: 32 and 64
-// with the plain kernel and the score-extras one (dropout, softcap, ALiBi), 96 and 128 (V and P^T
-// in registers) with the plain kernel only (launch_bwd_cdna.cuh says why). The deterministic order
-// is a run-time flag of both. hip/check_isa.py then checks every backward kernel in the ISA.
+// run_bwd_cdna (launch_bwd_cdna.cuh) for fp16 and bf16 at every head dim with a CDNA tile (32, 64,
+// 96, 128), each with the plain kernel and the score-extras one (dropout, softcap, ALiBi; at 96 and
+// 128 on its own 32-query tile). The deterministic order is a run-time flag of both.
+// hip/check_isa.py then checks every backward kernel in the ISA.
 #include <hip/hip_runtime.h>
 
 #include "flash/launch_bwd_cdna.cuh"
@@ -31,7 +31,12 @@ constexpr int lds_bytes_of() {
   return Cfg::smem_bytes(flash::kBwdStagesCdna);
 }
 
+template <int kHeadDim>
+using ExtrasTile = flash::BwdTileCdnaOf<kHeadDim, /*kScoreExtras=*/true>;
+
 extern "C" __device__ const int bwd_lds_32_64_64_2 = lds_bytes_of<flash::BwdTileCdna<32>::type, 32, 64, 64, 2>();
 extern "C" __device__ const int bwd_lds_64_64_64_4 = lds_bytes_of<flash::BwdTileCdna<64>::type, 64, 64, 64, 4>();
 extern "C" __device__ const int bwd_lds_96_64_64_2 = lds_bytes_of<flash::BwdTileCdna<96>::type, 96, 64, 64, 2>();
 extern "C" __device__ const int bwd_lds_128_64_64_2 = lds_bytes_of<flash::BwdTileCdna<128>::type, 128, 64, 64, 2>();
+extern "C" __device__ const int bwd_lds_96_32_32_1 = lds_bytes_of<ExtrasTile<96>, 96, 32, 32, 1>();
+extern "C" __device__ const int bwd_lds_128_32_64_2 = lds_bytes_of<ExtrasTile<128>, 128, 32, 64, 2>();

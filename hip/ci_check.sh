@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # CI stage for AMD (issue #11), on a CPU-only Debian 12 machine: hipify csrc/flash into build/hip,
 # compile the CDNA probe (hip/probe_attention_block.hip), the sm80-family forward
-# (hip/fwd_kernels_cdna.hip: fwd_kernel.cuh for fp16 / bf16, head dims 32 to 192, plain and
+# (hip/fwd_kernels_cdna.hip: fwd_kernel.cuh for fp16 / bf16, head dims 32 to 256, plain and
 # score-extras), the sm80-family backward (hip/bwd_kernels_cdna.hip: bwd_kernel.cuh with its
-# preprocess and dQ convert, fp16 / bf16, head dims 32 to 128, plain and, at 32 and 64,
-# score-extras) and the arch layer's compile-only coverage (tests/hip/cdna_api_compile.hip) against
+# preprocess and dQ convert, fp16 / bf16, head dims 32 to 128, plain and score-extras) and the
+# arch layer's compile-only coverage (tests/hip/cdna_api_compile.hip) against
 # that tree for
 #   gfx90a (MI200) with Debian's hipcc (ROCm 5.2, clang 15), and
 #   gfx942 (MI300) with clang-19, which knows gfx942, on the same ROCm 5.2 headers and device

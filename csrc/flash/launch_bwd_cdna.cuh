@@ -20,21 +20,17 @@ namespace flash {
 // along keys, dK/dV-phase waves along keys, dQ-phase waves along queries>; BwdConfigVPInRegisters<hd,
 // kBlockM, kBlockN, waves, dQ-phase waves along queries> keeps V and P^T in registers (every wave on
 // its own keys in the score and dK/dV phases).
-// 64 queries x 64 keys is the smallest step the deterministic dQ order allows (kBlockM >=
-// kMinBwdBlockM, kBlockN >= kBlockM: dq_order.cuh). Its LDS with one stage, rows padded by 16
-// bytes: K + V, P^T + dS^T, then Q + dO + lse + dsum,
+// 64 queries x 64 keys: the plain kernel's step (kBlockN >= kBlockM for the deterministic dQ order,
+// dq_order.cuh). Its LDS with one stage, rows padded by 16 bytes: K + V, P^T + dS^T, then Q + dO +
+// lse + dsum,
 //   hd 32: 10240 + 18432 + 10752 = 39424 B;  hd 64: 18432 + 18432 + 18944 = 55808 B;
 //   hd 96: 72192 B and hd 128: 88576 B, over the 64 KiB, so those keep V and P^T in registers:
 //   K + dS^T + the stage, hd 96: 13312 + 9216 + 27136 = 49664 B; hd 128: 17408 + 9216 + 35328 =
-//   61952 B. hd 192 has no tile: K and the stage alone need 77312 B.
+//   61952 B.
 // Waves: every warp tile is whole 32x32 atoms (arch::kAtomM, kWarpTileColStep). hd 64 runs 4
 // waves on 2 x 2 grids (32 x 32 tiles in every phase). The others run 2: hd 32's dK / dV tile (64
 // keys x 32 dims) is only two atoms, and V and P^T in registers want one wave per 32 keys of the
 // 64. With the LDS allowing one workgroup per CU, 2 of a CU's 4 SIMDs idle there.
-// Registers: with V, P^T and 32 keys x hd of dK and dV per wave, hd 96 and 128 fill the 512 VGPRs
-// and AGPRs of a lane; their score-extras kernels (dropout's tests, softcap's lse terms) spilled
-// (hd 96: 2 VGPRs on gfx942; hd 128: 39-57 on gfx90a, 87-93 on gfx942, with scratch), so those are
-// not built: such calls report not supported (kBwdScoreExtrasCdna).
 // None of this is measured (no AMD GPU).
 template <int kHeadDim>
 struct BwdTileCdna {};  // no tile: run_bwd reports the head dim as not supported
@@ -43,9 +39,30 @@ template <> struct BwdTileCdna<64> { using type = BwdConfig<64, 64, 64, 4, 2, 2,
 template <> struct BwdTileCdna<96> { using type = BwdConfigVPInRegisters<96, 64, 64, 2, 2>; };
 template <> struct BwdTileCdna<128> { using type = BwdConfigVPInRegisters<128, 64, 64, 2, 2>; };
 
-// Whether a head dim's score-extras kernel is built (above: not where V and P^T are in registers).
+// The score-extras kernel (dropout's tests, softcap's and ALiBi's terms): the plain tile where it
+// fits. With V, P^T and 32 keys x hd of dK and dV per wave, hd 96 and 128 fill the 512 VGPRs and
+// AGPRs of a lane and their extras kernels spilled (hd 96: 2 VGPRs on gfx942; hd 128: 39-57 on
+// gfx90a, 87-93 on gfx942, with scratch). A 32-query step (kMinBwdBlockM is 32 on CDNA) halves the
+// score tiles and leaves room in LDS for V and P^T again:
+//   hd 96: 32 queries x 32 keys on 1 wave (its dQ tile, 32 x 96, is 3 atoms: no even split over 2
+//   waves), K + V 13312, P^T + dS^T 5120, stage 13568 = 31872 B, two workgroups per CU;
+//   hd 128: 32 queries x 64 keys on 2 waves, K + V 34816, P^T + dS^T 10240, stage 17664 = 62720 B.
+// Either way 2 waves per CU, as the plain tiles.
+// hd 192 and 256 have no tile. 64-query steps: K and the stage alone need 77312 B at hd 192. With
+// 32-query steps, BwdConfig<192, 32, 32, 1, 1, 1, 1> fits (56576 B) and compiles without spills
+// for gfx942 (clang 19) and for gfx90a with clang 19, but with ROCm 5.2's clang 15, CI's gfx90a
+// compiler, it spills 19 VGPRs (bf16) and its extras kernel 61-64 (a 1-wave workgroup loads 16 rows
+// a thread per tile, and the compiler keeps their row bounds live);
+// at hd 256 only V in registers fits (K + dS^T + stage = 53504 B), and 256 fp32 of dK and dV plus
+// 64 VGPRs of V per lane spill on both targets (13-257 VGPRs). benchmarks/NOTES.md, CDNA backward.
 template <int kHeadDim>
-constexpr bool kBwdScoreExtrasCdna = !BwdTileCdna<kHeadDim>::type::kVInRegisters;
+struct BwdExtrasTileCdna : BwdTileCdna<kHeadDim> {};
+template <> struct BwdExtrasTileCdna<96> { using type = BwdConfig<96, 32, 32, 1, 1, 1, 1>; };
+template <> struct BwdExtrasTileCdna<128> { using type = BwdConfig<128, 32, 64, 2, 2, 2, 1>; };
+
+template <int kHeadDim, bool kScoreExtras>
+using BwdTileCdnaOf =
+    typename std::conditional_t<kScoreExtras, BwdExtrasTileCdna<kHeadDim>, BwdTileCdna<kHeadDim>>::type;
 
 // One stage of Q / dO: the CDNA copies are synchronous (arch/cdna.cuh cp_async_16), so a second
 // stage would not overlap the next block's loads with this one's math, only take LDS.
@@ -53,7 +70,7 @@ constexpr int kBwdStagesCdna = 1;
 
 template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t run_bwd_main_cdna(const BwdParams& params, cudaStream_t stream) {
-  using Cfg = typename BwdTileCdna<kHeadDim>::type;
+  using Cfg = BwdTileCdnaOf<kHeadDim, kScoreExtras>;
   constexpr int kSmem = arch::checked_lds_bytes<Cfg::smem_bytes(kBwdStagesCdna)>();
   auto kernel = bwd_kernel<T, Cfg, kScoreExtras>;
   const cudaError_t err = allow_dynamic_smem(kernel, kSmem);
@@ -65,19 +82,13 @@ cudaError_t run_bwd_main_cdna(const BwdParams& params, cudaStream_t stream) {
 
 // The preprocess (dsum; it also clears dq_accum, or the deterministic counters), the main kernel
 // (the plain call and the calls with options run separate instantiations: features.h), then dq
-// from dq_accum. Calls with options where that kernel is not built launch nothing.
+// from dq_accum.
 template <typename T, int kHeadDim>
 cudaError_t run_bwd_cdna(const BwdParams& params, cudaStream_t stream) {
-  const bool extras = needs_score_extras(params.fwd);
-  if (extras && !kBwdScoreExtrasCdna<kHeadDim>) return cudaErrorNotSupported;
   cudaError_t err = run_bwd_preprocess<T, kHeadDim>(params, stream);
   if (err == cudaSuccess) {
-    if constexpr (kBwdScoreExtrasCdna<kHeadDim>) {
-      err = extras ? run_bwd_main_cdna<T, kHeadDim, true>(params, stream)
-                   : run_bwd_main_cdna<T, kHeadDim, false>(params, stream);
-    } else {
-      err = run_bwd_main_cdna<T, kHeadDim, false>(params, stream);
-    }
+    err = needs_score_extras(params.fwd) ? run_bwd_main_cdna<T, kHeadDim, true>(params, stream)
+                                         : run_bwd_main_cdna<T, kHeadDim, false>(params, stream);
   }
   if (err == cudaSuccess) err = run_convert_dq<T, kHeadDim>(params, stream);
   return err;
@@ -89,7 +100,8 @@ template <int kHeadDim>
 struct HasBwdTileCdna<kHeadDim, std::void_t<typename BwdTileCdna<kHeadDim>::type>> : std::true_type {};
 
 // launch_api.h's entry point in a ROCm build: cudaErrorNotSupported (hipErrorNotSupported) for a
-// head dim without a CDNA tile, so a build of every head dim links and the op layer reports it.
+// head dim without a CDNA tile (192, 256), so a build of every head dim links and the op layer
+// reports it (op_common.h check_launch).
 template <typename T, int kHeadDim>
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
   if constexpr (HasBwdTileCdna<kHeadDim>::value) {

@@ -20,7 +20,8 @@ namespace flash {
 //   hd 32: 29184 B; hd 64: 54272 B; hd 96: 53760 B; hd 128: 53760 B with 32-key blocks (64 keys
 //   would need 70656); hd 192: 53760 B with 64 queries (2 waves) of 32-key blocks (128 queries
 //   would need 79360), so one workgroup per CU keeps 2 of its 4 SIMDs idle (16-row waves would
-//   need the 16x16 atom). hd 256 has none: 64 queries and 32 keys already need 71168 B.
+//   need the 16x16 atom); hd 256: 54272 B with 32 queries (1 wave) of 32-key blocks (64 queries
+//   would need 71168), so 3 of a CU's 4 SIMDs idle.
 // The LDS allows one workgroup per CU except at hd 32 (two). None of these is measured (no AMD GPU).
 template <int kHeadDim>
 struct FwdTileCdna {};  // no tile: run_fwd reports the head dim as not supported
@@ -29,6 +30,7 @@ template <> struct FwdTileCdna<64> { using type = FwdConfig<64, 128, 128, 4>; };
 template <> struct FwdTileCdna<96> { using type = FwdConfig<96, 128, 64, 4>; };
 template <> struct FwdTileCdna<128> { using type = FwdConfig<128, 128, 32, 4>; };
 template <> struct FwdTileCdna<192> { using type = FwdConfig<192, 64, 32, 2>; };
+template <> struct FwdTileCdna<256> { using type = FwdConfig<256, 32, 32, 1>; };
 
 // The plain call and the calls with options run separate instantiations (features.h says why).
 template <typename T, int kHeadDim>
@@ -45,7 +47,7 @@ template <int kHeadDim>
 struct HasFwdTileCdna<kHeadDim, std::void_t<typename FwdTileCdna<kHeadDim>::type>> : std::true_type {};
 
 // launch_api.h's entry point in a ROCm build: cudaErrorNotSupported (hipErrorNotSupported) for a
-// head dim without a CDNA tile (hd 256), so a build of every head dim links and the op layer
+// head dim without a CDNA tile (none today), so a build of every head dim links and the op layer
 // reports it.
 template <typename T, int kHeadDim>
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {

@@ -177,8 +177,14 @@ constexpr int64_t dq_accum_rows_per_head(bool varlen, int64_t batch, int64_t seq
 
 // Deterministic backward (dq_order.cuh): the key blocks that see a query block add into it in a
 // fixed order, spread over dq_slice_count() partial sums; one counter per (slice, batch, head,
-// kMinBwdBlockM query rows), the rows of every backward kernel's query blocks.
+// kMinBwdBlockM query rows), the rows of every backward kernel's query blocks. 32 on CDNA, whose
+// 64 KiB of LDS takes 32-query steps from hd 96 with the score extras (launch_bwd_cdna.cuh); host
+// and device code of a ROCm build both see __HIP_PLATFORM_AMD__ (torch passes it to both compilers).
+#if defined(__HIP_PLATFORM_AMD__)
+constexpr int kMinBwdBlockM = 32;
+#else
 constexpr int kMinBwdBlockM = 64;
+#endif
 constexpr int kMaxBwdBlockM = 128;
 constexpr int kMaxDqSlices = 4;
 // Counters per (slice, batch, head): whole query blocks of the largest kBlockM, so that a block's

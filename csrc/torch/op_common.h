@@ -128,11 +128,20 @@ inline void poison(std::initializer_list<at::Tensor> tensors) {
   for (const auto& t : tensors) t.fill_(std::numeric_limits<float>::quiet_NaN());
 }
 
+// A launch error's likely cause, for the message.
+inline const char* launch_hint(cudaError_t err) {
+  if (err == cudaErrorInvalidValue)
+    return " (the kernel's shared memory may exceed this GPU's per-block limit: sm86/sm89 GPUs have 99 KB, the "
+           "kernels are tuned for A100/H100)";
+  // Only the CDNA launchers return it: a (pass, head dim) without a tile that fits 64 KiB of LDS.
+  if (err == cudaErrorNotSupported)
+    return " (no kernel for this pass and head dim on AMD GPUs in this build: the ROCm build has no backward at "
+           "head dims above 128; csrc/flash/launch_bwd_cdna.cuh says why)";
+  return "";
+}
+
 inline void check_launch(cudaError_t err, const char* pass, at::ScalarType dtype, int headdim) {
-  const char* hint = err == cudaErrorInvalidValue ? " (the kernel's shared memory may exceed this GPU's per-block "
-                                                    "limit: sm86/sm89 GPUs have 99 KB, the kernels are tuned for "
-                                                    "A100/H100)"
-                                                  : "";
+  const char* hint = launch_hint(err);
   TORCH_CHECK(err == cudaSuccess, "flash_attn: ", pass, " kernel launch failed for ", c10::toString(dtype),
               " head dim ", text(headdim), ": ", cudaGetErrorString(err), hint);
 }

@@ -2,9 +2,9 @@
 // arch.cuh under __HIP_PLATFORM_AMD__. The MFMA atoms, operand loads and wave GEMMs are in
 // cdna_mfma.cuh; the kernels' warp-GEMM interface (sm80_gemm.cuh's names, computed transposed) in
 // cdna_gemm.cuh; the lane -> element maps in cdna_layout.h (plain C++, host-tested). Status: the
-// probe, the sm80-family forward (fwd_kernel.cuh) and backward (bwd_kernel.cuh: hd 32 and 64, and
-// hd 96 and 128 without the score extras) compile for gfx90a and gfx942 with matrix-core instructions (hip/ci_check.sh); not yet run on
-// AMD hardware.
+// probe, the sm80-family forward (fwd_kernel.cuh: hd 32 to 256) and backward (bwd_kernel.cuh: hd
+// 32 to 128) compile for gfx90a and gfx942 with matrix-core instructions (hip/ci_check.sh); not yet
+// run on AMD hardware.
 //
 // What differs from sm80.cuh and sm80_gemm.cuh, name by name (the sm90 files' wgmma, TMA and
 // mbarrier names have no counterpart: the sm90 kernels are not built for ROCm):
