@@ -70,13 +70,14 @@ namespace flash {
 // rows can be different tokens of different heads: queries[h] and mods[h] belong to row slot h
 // (arch::acc_row_slot). col0 is the first key of the tile.
 template <int NT>
-__device__ __forceinline__ void packed_scores_to_logits(float (&scores)[1][NT][4], const AttentionMask& mask,
+__device__ __forceinline__ void packed_scores_to_logits(float (&scores)[1][NT][arch::kAccRegs],
+                                                        const AttentionMask& mask,
                                                         const ScoreMod (&mods)[arch::kAccRows],
                                                         const int (&queries)[arch::kAccRows],
                                                         bool needs_mask, int col0, int lane) {
   if (!needs_mask && !mods[0].active()) return;
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < arch::kAccRegs; ++r) {
     const int h = arch::acc_row_slot(r);
     const IndexRange visible = mask.keys_seen_by(queries[h]).shifted(-(col0 + arch::acc_col(lane, r)));
 #pragma unroll
