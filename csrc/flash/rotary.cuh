@@ -53,7 +53,9 @@ __device__ __forceinline__ void rotate_piece(T* dst, const T* src, int piece, co
   if (r.interleaved) {  // pairs (2i, 2i + 1) inside the piece, angles col / 2 ..
     Piece<T> x = load_piece(src + col);
 #pragma unroll
-    for (int i = 0; i < kRotaryPiece / 2; ++i) rotate_pair(x.x[2 * i], x.x[2 * i + 1], cos_row[col / 2 + i], sin_row[col / 2 + i]);
+    for (int i = 0; i < kRotaryPiece / 2; ++i)
+      rotate_pair(x.x[2 * i], x.x[2 * i + 1], arch::load_global(cos_row + col / 2 + i),
+                  arch::load_global(sin_row + col / 2 + i));
     store_piece(dst + col, x);
     return;
   }
@@ -61,7 +63,8 @@ __device__ __forceinline__ void rotate_piece(T* dst, const T* src, int piece, co
   if (col >= half) return;
   Piece<T> lo = load_piece(src + col), hi = load_piece(src + col + half);
 #pragma unroll
-  for (int i = 0; i < kRotaryPiece; ++i) rotate_pair(lo.x[i], hi.x[i], cos_row[col + i], sin_row[col + i]);
+  for (int i = 0; i < kRotaryPiece; ++i)
+    rotate_pair(lo.x[i], hi.x[i], arch::load_global(cos_row + col + i), arch::load_global(sin_row + col + i));
   store_piece(dst + col, lo);
   store_piece(dst + col + half, hi);
 }

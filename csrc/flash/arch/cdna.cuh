@@ -44,7 +44,7 @@
 //                       2-byte reads; the register "A fragment" is an MFMA B operand. cdna_mfma.cuh's
 //                       wave_gemm_ss / wave_gemm_sr, accumulators_to_b_operands and
 //                       store_accumulators_transposed are the same products in MFMA terms (probe).
-//   FLASH_LOAD_IF_SET   reads the pointer in the global address space (see there).
+//   FLASH_LOAD_IF_SET, load_global   read the pointer in the global address space (see there).
 //
 // Port plan: what the sm80 kernels assume about fragments, and what must move into the arch layer
 // before fwd_kernel / bwd_kernel / splitkv_kernel compile against CDNA. DONE for fwd_kernel (it
@@ -119,6 +119,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
@@ -298,6 +299,17 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 // with fallback's kernel argument copied to scratch.
 #define FLASH_LOAD_IF_SET(ptr, fallback) \
   ((ptr) != nullptr ? static_cast<uint64_t>(*(const __attribute__((address_space(1))) int64_t*)(ptr)) : (fallback))
+
+// *ptr for a pointer into global memory (sm80.cuh's name). Where the pointer was chosen against a
+// null one (`p == nullptr ? nullptr : p + i`: a paged cache's block table, rotary's cos / sin
+// rows), LLVM lost its address space and loaded through a flat instruction; cast back here. Read
+// as bits, so that element types with constructors (__half) need none in the global address space.
+template <typename T>
+__device__ __forceinline__ T load_global(const T* ptr) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "16- and 32-bit values");
+  using Bits = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;
+  return __builtin_bit_cast(T, *(const __attribute__((address_space(1))) Bits*)ptr);
+}
 
 // The counters below live in global memory: addressed as such, the atomics are global_* rather
 // than flat_* instructions (which also wait on LDS traffic and which hip/check_isa.py rejects). C

@@ -225,6 +225,14 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 // had: as an inlined function it moved nvcc's scheduling of the sm90 forward's parameter loads.
 #define FLASH_LOAD_IF_SET(ptr, fallback) ((ptr) != nullptr ? static_cast<uint64_t>(*(ptr)) : (fallback))
 
+// *ptr for a pointer into global memory that may have been chosen against a null one (a paged
+// cache's block table, rotary's cos / sin rows): a plain load here; cdna.cuh's reads it in the
+// global address space.
+template <typename T>
+__device__ __forceinline__ T load_global(const T* ptr) {
+  return *ptr;
+}
+
 // Spins until *counter == value (acquire: what the writer did before its release is visible).
 __device__ __forceinline__ void wait_until_equal(const int* counter, int value) {
   int seen;
