@@ -1,11 +1,12 @@
 // Decode attention over a KV cache, split along the keys. CTA (m block x split, KV head, batch):
-// one 16-row atom of packed query rows (the query heads of the KV head, GQA packing:
-// splitkv_schedule.cuh) against this split's key steps. Decode is bound by reading K and V, so the
-// kernel keeps as many bytes in flight as shared memory holds: each warp streams its own key steps
-// (splitkv_schedule.cuh deals them) through a ring of kStages K/V buffers (splitkv_loaders.cuh)
-// and never waits on the other warps. Each warp keeps its own online softmax; at the end the warps' partial
-// results are merged through shared memory and written to out / lse (one split) or to the fp32
-// partials that the combine kernel merges (combine_kernel.cuh).
+// one row atom (arch::kAtomM: 16 rows on sm80, 32 on CDNA) of packed query rows (the query heads
+// of the KV head, GQA packing: splitkv_schedule.cuh) against this split's key steps. Decode is
+// bound by reading K and V, so the kernel keeps as many bytes in flight as shared memory holds:
+// each warp streams its own key steps (splitkv_schedule.cuh deals them) through a ring of kStages
+// K/V buffers (splitkv_loaders.cuh; one stage on CDNA, whose copies are synchronous:
+// launch_kvcache_cdna.cuh) and never waits on the other warps. Each warp keeps its own online
+// softmax; at the end the warps' partial results are merged through shared memory and written to
+// out / lse (one split) or to the fp32 partials that the combine kernel merges (combine_kernel.cuh).
 #pragma once
 
 #include <cmath>
@@ -224,8 +225,9 @@ __device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&a
 // includes), else cp.async (splitkv_loaders.cuh; the only loader on CDNA).
 template <typename T, typename Cfg, bool kPaged, bool kBulk>
 __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvParams p) {
-  // Launched as dependent after the append kernel (launch_kvcache.cuh): the cache rows and rotated
-  // queries it writes are read below. The combine kernel may then start and wait for this grid.
+  // Launched as dependent after the append kernel (launch_kvcache_kernels.cuh): the cache rows and
+  // rotated queries it writes are read below. The combine kernel may then start and wait for this
+  // grid.
   arch::wait_for_prior_grid();
   arch::allow_dependent_launch();
   if constexpr (kBulk) {
