@@ -3,8 +3,9 @@
 // cdna_mfma.cuh; the kernels' warp-GEMM interface (sm80_gemm.cuh's names, computed transposed) in
 // cdna_gemm.cuh; the lane -> element maps in cdna_layout.h (plain C++, host-tested). Status: the
 // probe, the sm80-family forward (fwd_kernel.cuh) and backward (bwd_kernel.cuh: hd 32 and 64, and
-// hd 96 and 128 without the score extras) compile for gfx90a and gfx942 with matrix-core instructions (hip/ci_check.sh); not yet run on
-// AMD hardware.
+// hd 96 and 128 without the score extras) and the split-KV decode (kvcache_append_kernel.cuh,
+// splitkv_kernel.cuh with the cp.async loader, combine_kernel.cuh: hd 32 to 256) compile for gfx90a
+// and gfx942 with matrix-core instructions (hip/ci_check.sh); not yet run on AMD hardware.
 //
 // What differs from sm80.cuh and sm80_gemm.cuh, name by name (the sm90 files' wgmma, TMA and
 // mbarrier names have no counterpart: the sm90 kernels are not built for ROCm):
@@ -52,8 +53,9 @@
 // launch_fwd_cdna.cuh's tiles in 7, synchronous copies in 8) and for bwd_kernel (bwd_fragments.cuh
 // loops over row slots in 2 and 5, 2-byte reads for Q, dO, K and dS^T in 4, the backward's dropout
 // in 6, launch_bwd_cdna.cuh's tiles in 7, with V and P^T in registers at hd 96 and 128 for the
-// LDS budget: bwd_register_operands.cuh); splitkv_kernel still uses the mma.sync
-// m16n8k16 C layout directly:
+// LDS budget: bwd_register_operands.cuh) and for splitkv_kernel (kAccRegs and AFragment in 1
+// and 3, its loops in 5, V read with 2-byte reads in 4, launch_kvcache_cdna.cuh's tiles in 7, one
+// ring stage in 8). The items, as they were:
 //   1. Fragment shape. Accumulators are `float[MT][NT][4]` of 16x8 atoms (softmax.cuh,
 //      fragment_scores.cuh, bwd_fragments.cuh, dropout.cuh, splitkv_kernel.cuh, the kernels).
 //      MFMA accumulators are Shape::kAccRegs (16 or 4) fp32 per lane per square atom
@@ -111,9 +113,9 @@
 //      current MFMAs and writes them to LDS after them.
 //   9. Launch and selection. launch_*.cuh's hipFuncSetAttribute (smem > 48 KiB) is harmless on AMD;
 //      can_run_sm90 and the compute-capability queries pick NVIDIA kernels: the ROCm build
-//      instantiates the CDNA kernels only and never includes the sm90 files. splitkv_kernel.cuh's
-//      `#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900` (the one CUDA-only spelling hipify leaves
-//      outside arch/sm80*, sm90*; hip/hipify_sources.py KNOWN_LEFTOVERS) becomes an arch constant.
+//      instantiates the CDNA kernels only and never includes the sm90 files (splitkv_kernel.cuh's
+//      Hopper loader lives in splitkv_bulk_loader.cuh, which only the NVIDIA launcher includes; the
+//      kernel's bulk test is has_bulk_copies() above).
 // hip/probe_attention_block.hip is one forward attention block written this way (S^T = K.Q^T, column
 // softmax, O^T += V^T.P^T with P^T in registers) for both atoms and both dtypes.
 #pragma once
