@@ -1,20 +1,24 @@
 """Checks a CDNA compile from its ISA and resource report: the probe kernels of
-hip/probe_attention_block.hip, the forward kernels of hip/fwd_kernels_cdna.hip and the backward
-kernels of hip/bwd_kernels_cdna.hip (main kernel, preprocess, dQ convert).
+hip/probe_attention_block.hip, the forward kernels of hip/fwd_kernels_cdna.hip, the backward
+kernels of hip/bwd_kernels_cdna.hip (main kernel, preprocess, dQ convert) and the split-KV decode
+kernels of hip/kvcache_kernels_cdna.hip (append / rotary, split-KV, combine).
 
     python hip/check_isa.py --target gfx90a --isa X-hip-amdgcn-amd-amdhsa-gfx90a.s --remarks remarks.txt [--markdown]
 
 --isa is the `.s` that `--save-temps` leaves, --remarks the compiler's stderr with
 `-Rpass-analysis=kernel-resource-usage`. For every kernel it recognizes it asserts: the MFMA
 instruction of its element type and atom, in the target's spelling, and no other MFMA (none at all
-in the backward's preprocess and convert, which have no product); 8-byte LDS reads for the
+in the backward's preprocess and convert and the decode's append and combine, which have no
+product); 8-byte LDS reads for the
 operands (kernels with MFMA); no flat memory instructions (a pointer whose address space the compiler
 lost: an LDS one, or a value it copied to scratch); no scratch and no VGPR spills; LDS (static plus
 dynamic) <= 64 KiB. SGPR spills are reported, not failed: with no scratch they sit in VGPR lanes
 (v_writelane / v_readlane); the forward's score-extras kernels have them (a partial block's mask
 compares, 2 SGPRs each, which the scheduler hoists). The dynamic LDS of the forward and backward
 main kernels is read from the fwd_lds_* / bwd_lds_<head dim>_<block m>_<block n>_<warps>
-constants that hip/fwd_kernels_cdna.hip and hip/bwd_kernels_cdna.hip leave in the ISA. Prints one table row per kernel (SGPR, VGPR, AGPR, scratch, spills, occupancy from the
+constants that hip/fwd_kernels_cdna.hip and hip/bwd_kernels_cdna.hip leave in the ISA, the
+split-KV kernel's from hip/kvcache_kernels_cdna.hip's splitkv_lds_<head dim>_<keys per step>_
+<stages>_<waves>. Prints one table row per kernel (SGPR, VGPR, AGPR, scratch, spills, occupancy from the
 report and as the LDS allows it, LDS) and exits 1 if a check fails.
 """
 
@@ -48,9 +52,16 @@ _BWD_NAME = re.compile(r"_ZN5flash10bwd_kernelI(\w+?)NS_(9BwdConfig|22BwdConfigV
 # flash::bwd_preprocess_kernel<T, head dim> (8 waves) and flash::convert_dq_kernel<T, head dim> (4 waves)
 _BWD_HELPER_NAME = re.compile(r"_ZN5flash(21bwd_preprocess|17convert_dq)_kernelI(\w+?)Li(\d+)EEEvNS_9BwdParamsE$")
 _BWD_HELPER_WAVES = {"21bwd_preprocess": ("bwd_preprocess", 8), "17convert_dq": ("convert_dq", 4)}
+# flash::splitkv_kernel<T, flash::SplitKvConfig<head dim, keys per step, stages, waves>, kPaged, kBulk>
+_SPLITKV_NAME = re.compile(r"_ZN5flash14splitkv_kernelI(\w+?)NS_13SplitKvConfigILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEE"
+                           r"Lb([01])ELb([01])EEEvNS_13SplitKvParamsE$")
+# flash::kvcache_append_kernel<T> (kAppendThreads = 128: 2 waves) and flash::splitkv_combine_kernel<T>
+# (kCombineWarps = 4 waves)
+_KVCACHE_HELPER_NAME = re.compile(r"_ZN5flash(21kvcache_append|22splitkv_combine)_kernelI(\w+?)EEvNS_\d+\w+ParamsE$")
+_KVCACHE_HELPER_WAVES = {"21kvcache_append": ("kvcache_append", 2), "22splitkv_combine": ("splitkv_combine", 4)}
 _ELEMENT_TYPES = {"6__half": "fp16", "12hip_bfloat16": "bf16", "14__hip_bfloat16": "bf16"}
 FWD_ATOM = "32x32x8"  # csrc/flash/arch/cdna_gemm.cuh FragmentAtom (the backward's too)
-_DYNAMIC_LDS = re.compile(r"^((?:fwd|bwd)_lds_\d+_\d+_\d+_\d+):[^\n]*\n\s*\.long\s+(\d+)", re.MULTILINE)
+_DYNAMIC_LDS = re.compile(r"^((?:fwd|bwd|splitkv)_lds_\d+_\d+_\d+_\d+):[^\n]*\n\s*\.long\s+(\d+)", re.MULTILINE)
 
 
 def _tiled_spec(kind, element_type, tile, extras, variant=""):
@@ -62,9 +73,26 @@ def _tiled_spec(kind, element_type, tile, extras, variant=""):
                 lds_constant=f"{kind}_lds_" + "_".join(str(x) for x in tile))
 
 
+def _splitkv_spec(element_type, tile, paged, bulk):
+    """Spec of a split-KV kernel: tile (head dim, keys per step, stages, waves)."""
+    dtype = _ELEMENT_TYPES[element_type]
+    label = (f"splitkv_{dtype}_hd{tile[0]}_k{tile[1]}s{tile[2]}w{tile[3]}" + ("_paged" if paged == "1" else "") +
+             ("_bulk" if bulk == "1" else ""))
+    return dict(label=label, dtype=dtype, atom=FWD_ATOM, waves=tile[3], tile=tile,
+                lds_constant="splitkv_lds_" + "_".join(str(x) for x in tile))
+
+
+def _helper_spec(name, waves, element_type, headdim=None):
+    """Spec of a kernel without products or dynamic LDS (the backward's and the decode's helpers)."""
+    dtype = _ELEMENT_TYPES[element_type]
+    label = f"{name}_{dtype}" + ("" if headdim is None else f"_hd{headdim}")
+    return dict(label=label, dtype=dtype, atom=None, waves=waves, tile=None, lds_constant=None)
+
+
 def kernel_spec(kernel):
-    """{label, dtype, atom, waves, tile, lds_constant} of a probe, forward or backward kernel (atom None:
-    a kernel without products; lds_constant None: no dynamic LDS); None for any other function."""
+    """{label, dtype, atom, waves, tile, lds_constant} of a probe, forward, backward or decode kernel
+    (atom None: a kernel without products; lds_constant None: no dynamic LDS); None for any other
+    function."""
     match = _PROBE_NAME.match(kernel)
     if match:
         return dict(label=kernel, dtype=match.group(1), atom=match.group(2), waves=PROBE_WAVES, tile=None,
@@ -78,19 +106,22 @@ def kernel_spec(kernel):
         return _tiled_spec("bwd", match.group(1), tuple(int(g) for g in match.groups()[2:6]), match.group(7), variant)
     match = _BWD_HELPER_NAME.match(kernel)
     if match and match.group(2) in _ELEMENT_TYPES:
-        name, waves = _BWD_HELPER_WAVES[match.group(1)]
-        dtype = _ELEMENT_TYPES[match.group(2)]
-        return dict(label=f"{name}_{dtype}_hd{match.group(3)}", dtype=dtype, atom=None, waves=waves, tile=None,
-                    lds_constant=None)
+        return _helper_spec(*_BWD_HELPER_WAVES[match.group(1)], match.group(2), match.group(3))
+    match = _SPLITKV_NAME.match(kernel)
+    if match and match.group(1) in _ELEMENT_TYPES:
+        return _splitkv_spec(match.group(1), tuple(int(g) for g in match.groups()[1:5]), *match.groups()[5:7])
+    match = _KVCACHE_HELPER_NAME.match(kernel)
+    if match and match.group(2) in _ELEMENT_TYPES:
+        return _helper_spec(*_KVCACHE_HELPER_WAVES[match.group(1)], match.group(2))
     return None
 
 
 def expected_mfma(kernel, target):
-    """The one MFMA mnemonic a probe, forward or backward kernel must use on target; None for the
-    backward's preprocess and convert (no MFMA)."""
+    """The one MFMA mnemonic a probe, forward, backward or split-KV kernel must use on target; None for
+    the backward's preprocess and convert and the decode's append and combine (no MFMA)."""
     spec = kernel_spec(kernel)
     if spec is None:
-        raise ValueError(f"not a probe, forward or backward kernel name: {kernel}")
+        raise ValueError(f"not a probe, forward, backward or decode kernel name: {kernel}")
     if spec["atom"] is None:
         return None
     shape, element = _MFMA_STEMS[(spec["dtype"], spec["atom"])]
@@ -134,7 +165,7 @@ def kernel_bodies(isa_text):
 
 
 def dynamic_lds(isa_text):
-    """{constant name: bytes} from the fwd_lds_* / bwd_lds_* constants in the ISA."""
+    """{constant name: bytes} from the fwd_lds_* / bwd_lds_* / splitkv_lds_* constants in the ISA."""
     return {name: int(value) for name, value in _DYNAMIC_LDS.findall(isa_text)}
 
 
@@ -215,7 +246,7 @@ def main(argv=None):
     with open(args.remarks, encoding="utf-8") as f:
         resources = parse_resources(f.read())
     kernels = sorted((k for k in resources if kernel_spec(k)), key=lambda k: kernel_spec(k)["label"])
-    failures = [] if kernels else ["no probe, forward or backward kernel in the resource report"]
+    failures = [] if kernels else ["no probe, forward, backward or decode kernel in the resource report"]
     for kernel in kernels:
         lds = lds_bytes(kernel, resources[kernel], dynamic)
         if lds is None:

@@ -3,13 +3,14 @@
 # compile the CDNA probe (hip/probe_attention_block.hip), the sm80-family forward
 # (hip/fwd_kernels_cdna.hip: fwd_kernel.cuh for fp16 / bf16, head dims 32 to 256, plain and
 # score-extras), the sm80-family backward (hip/bwd_kernels_cdna.hip: bwd_kernel.cuh with its
-# preprocess and dQ convert, fp16 / bf16, head dims 32 to 128, plain and score-extras) and the
-# arch layer's compile-only coverage (tests/hip/cdna_api_compile.hip) against
-# that tree for
+# preprocess and dQ convert, fp16 / bf16, head dims 32 to 128, plain and score-extras), the split-KV
+# decode (hip/kvcache_kernels_cdna.hip: the append / rotary, split-KV (contiguous and paged cache)
+# and combine kernels, fp16 / bf16, head dims 32 to 256) and the arch layer's compile-only coverage
+# (tests/hip/cdna_api_compile.hip) against that tree for
 #   gfx90a (MI200) with Debian's hipcc (ROCm 5.2, clang 15), and
 #   gfx942 (MI300) with clang-19, which knows gfx942, on the same ROCm 5.2 headers and device
 #   libraries plus an oclc_isa_version_942.bc that Debian lacks,
-# then check the ISA and resource report of every probe, forward and backward kernel
+# then check the ISA and resource report of every probe, forward, backward and decode kernel
 # (hip/check_isa.py). Run from .ci/run with the venv active (hipify is torch's); PYTHON overrides
 # the interpreter.
 set -euo pipefail
@@ -20,6 +21,7 @@ out=$PWD/build/hip
 probe=$PWD/hip/probe_attention_block.hip
 forward=$PWD/hip/fwd_kernels_cdna.hip
 backward=$PWD/hip/bwd_kernels_cdna.hip
+decode=$PWD/hip/kvcache_kernels_cdna.hip
 api_coverage=$PWD/tests/hip/cdna_api_compile.hip
 
 install_toolchain() {
@@ -68,8 +70,8 @@ compile_checked() {
     -o "$name.o" 2> "$name.remarks.txt") || { cat "$out/$target/$name.remarks.txt"; exit 1; }
 }
 
-# compile TARGET COMMAND...: the probe, the forward and the backward, then the arch layer's
-# compile-only coverage (device code only).
+# compile TARGET COMMAND...: the probe, the forward, the backward and the decode, then the arch
+# layer's compile-only coverage (device code only).
 compile() {
   local target=$1
   shift
@@ -77,12 +79,13 @@ compile() {
   compile_checked "$target" "$probe" "$@"
   compile_checked "$target" "$forward" "$@"
   compile_checked "$target" "$backward" "$@"
+  compile_checked "$target" "$decode" "$@"
   "$@" "${flags[@]}" --cuda-device-only -c "$api_coverage" -o "$out/$target/cdna_api_compile.o"
 }
 
 check() {
   local target=$1 source name
-  for source in "$probe" "$forward" "$backward"; do
+  for source in "$probe" "$forward" "$backward" "$decode"; do
     name=$(basename "$source" .hip)
     "$python" hip/check_isa.py --target "$target" --remarks "$out/$target/$name.remarks.txt" \
       --isa "$out/$target/$name-hip-amdgcn-amd-amdhsa-$target.s"
@@ -108,4 +111,4 @@ wait "$gfx90a_build"
 wait "$gfx942_build"
 check gfx90a
 check gfx942
-echo "== hip: probe, forward and backward compiled and checked for gfx90a and gfx942: $((SECONDS - start)) s"
+echo "== hip: probe, forward, backward and decode compiled and checked for gfx90a and gfx942: $((SECONDS - start)) s"

@@ -1,7 +1,7 @@
 """The AMD side on a CPU machine: the CDNA lane maps (csrc/flash/arch/cdna_layout.h) compiled with g++
 against AMD.md's layouts, the hipify step (hip/hipify_sources.py) and the ISA checker
-(hip/check_isa.py). Compiling the probe kernel, the forward and the backward for gfx90a / gfx942 is
-CI's hip/ci_check.sh."""
+(hip/check_isa.py). Compiling the probe kernel, the forward, the backward and the split-KV decode for
+gfx90a / gfx942 is CI's hip/ci_check.sh."""
 
 import hashlib
 import importlib.util
@@ -248,6 +248,45 @@ def test_isa_check_wants_no_mfma_in_the_backward_helpers():
     assert "no 8-byte LDS reads" in " ".join(check_isa.check_kernel(_BWD_FP16, "gfx90a", body[1:], resources))
 
 
+_SPLITKV = "_ZN5flash14splitkv_kernelI6__halfNS_13SplitKvConfigILi128ELi32ELi1ELi3EEELb0ELb0EEEvNS_13SplitKvParamsE"
+_SPLITKV_PAGED = ("_ZN5flash14splitkv_kernelI12hip_bfloat16NS_13SplitKvConfigILi64ELi32ELi1ELi3EEELb1ELb0EEEvNS_"
+                  "13SplitKvParamsE")
+_APPEND = "_ZN5flash21kvcache_append_kernelI6__halfEEvNS_14KvAppendParamsE"
+_COMBINE = "_ZN5flash22splitkv_combine_kernelI12hip_bfloat16EEvNS_13SplitKvParamsE"
+
+
+@pytest.mark.parametrize("target,kernel,mnemonic,label,waves", [
+    ("gfx90a", _SPLITKV, "v_mfma_f32_32x32x8f16", "splitkv_fp16_hd128_k32s1w3", 3),
+    ("gfx942", _SPLITKV_PAGED, "v_mfma_f32_32x32x8_bf16", "splitkv_bf16_hd64_k32s1w3_paged", 3),
+    ("gfx90a", _APPEND, None, "kvcache_append_fp16", 2),
+    ("gfx942", _COMBINE, None, "splitkv_combine_bf16", 4),
+])
+def test_isa_check_knows_the_decode_kernels(target, kernel, mnemonic, label, waves):
+    """splitkv_kernel<T, SplitKvConfig<hd, keys per step, stages, waves>, paged, bulk> on the 32x32x8 atom,
+    its dynamic LDS from the splitkv_lds_<hd>_<keys>_<stages>_<waves> constant; the append and combine
+    kernels have no MFMA and no dynamic LDS."""
+    spec = check_isa.kernel_spec(kernel)
+    assert check_isa.expected_mfma(kernel, target) == mnemonic
+    assert spec["label"] == label and spec["waves"] == waves
+    isa = "splitkv_lds_128_32_1_3:\n\t.long\t60952                           ; 0xee18\n"
+    dynamic = check_isa.dynamic_lds(isa)
+    assert dynamic == {"splitkv_lds_128_32_1_3": 60952}
+    expected_lds = {"splitkv_fp16_hd128_k32s1w3": 60952}.get(label, None if spec["tile"] else 0)
+    assert check_isa.lds_bytes(kernel, {"lds": 0}, dynamic) == expected_lds
+
+
+def test_isa_check_rejects_scratch_and_vgpr_spills_in_every_kernel():
+    """Scratch fails on both targets, in the append kernel (whose rotary pieces once sat in scratch under
+    gfx90a's LLVM 15) as in the split-KV kernel; a VGPR spill fails too."""
+    resources = dict(scratch=64, sgpr_spill=0, vgpr_spill=0, lds=4096)
+    for target in ("gfx90a", "gfx942"):
+        assert "scratch = 64" in " ".join(check_isa.check_kernel(_APPEND, target, ["global_load_dwordx4"], resources))
+    spilled = dict(resources, scratch=0, vgpr_spill=2)
+    assert "vgpr_spill = 2" in " ".join(check_isa.check_kernel(_APPEND, "gfx90a", ["global_load_dwordx4"], spilled))
+    body = ["ds_read_b64", "v_mfma_f32_32x32x8f16"]
+    assert "scratch = 64" in " ".join(check_isa.check_kernel(_SPLITKV, "gfx90a", body, resources, 60952))
+
+
 def test_isa_check_reports_sgpr_spills_without_failing():
     """SGPR spills with no scratch sit in VGPR lanes: in the table, not a failure (VGPR spills are)."""
     body = ["ds_read_b64", "v_mfma_f32_32x32x8f16"]
@@ -292,8 +331,9 @@ def test_cdna_layer_compiles_for_gfx90a(tmp_path):
 
 
 def test_rocm_instantiations_include_the_cdna_launchers(tmp_path):
-    """generate_instantiations.py --target rocm: the forward and backward files include the CDNA launchers
-    (which define run_fwd / run_bwd for a ROCm build); the CUDA files are as before."""
+    """generate_instantiations.py --target rocm: the forward, backward and kvcache files include the CDNA
+    launchers (which define run_fwd / run_bwd / run_fwd_kvcache for a ROCm build); the CUDA files are as
+    before."""
     spec = importlib.util.spec_from_file_location("generate_instantiations",
                                                   os.path.join(ROOT, "csrc", "generate_instantiations.py"))
     generator = importlib.util.module_from_spec(spec)
@@ -306,4 +346,5 @@ def test_rocm_instantiations_include_the_cdna_launchers(tmp_path):
     assert includes["cuda", "fwd_fp16_hd64.cu"] == "launch_fwd" and includes["cuda", "bwd_fp16_hd64.cu"] == "launch_bwd"
     assert includes["rocm", "fwd_fp16_hd64.cu"] == "launch_fwd_cdna"
     assert includes["rocm", "bwd_fp16_hd64.cu"] == "launch_bwd_cdna"
-    assert includes["rocm", "fwd_kvcache_fp16_hd64.cu"] == "launch_kvcache"  # no CDNA split-KV launcher yet
+    assert includes["cuda", "fwd_kvcache_fp16_hd64.cu"] == "launch_kvcache"
+    assert includes["rocm", "fwd_kvcache_fp16_hd64.cu"] == "launch_kvcache_cdna"

@@ -71,7 +71,8 @@ namespace flash {
 // (arch::acc_row_slot). col0 is the first key of the tile. The modifier flags are the call's, the
 // same in every slot, so each step is again its own loop behind one test of mods[0].
 template <int NT>
-__device__ __forceinline__ void packed_scores_to_logits(float (&scores)[1][NT][4], const AttentionMask& mask,
+__device__ __forceinline__ void packed_scores_to_logits(float (&scores)[1][NT][arch::kAccRegs],
+                                                        const AttentionMask& mask,
                                                         const ScoreMod (&mods)[arch::kAccRows],
                                                         const int (&queries)[arch::kAccRows],
                                                         bool needs_mask, int col0, int lane) {
@@ -79,26 +80,27 @@ __device__ __forceinline__ void packed_scores_to_logits(float (&scores)[1][NT][4
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) scores[0][nt][r] = mods[arch::acc_row_slot(r)].capped(scores[0][nt][r]);
+      for (int r = 0; r < arch::kAccRegs; ++r)
+        scores[0][nt][r] = mods[arch::acc_row_slot(r)].capped(scores[0][nt][r]);
   }
   if (mods[0].has_alibi) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
+      for (int r = 0; r < arch::kAccRegs; ++r) {
         const int h = arch::acc_row_slot(r);
         scores[0][nt][r] += mods[h].bias(queries[h], col0 + nt * arch::kAtomN + arch::acc_col(lane, r));
       }
   }
   if (!needs_mask) return;
-  IndexRange visible[4];  // as in scores_to_logits: each register's visible keys, from atom 0
+  IndexRange visible[arch::kAccRegs];  // as in scores_to_logits: each register's visible keys, from atom 0
 #pragma unroll
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < arch::kAccRegs; ++r)
     visible[r] = mask.keys_seen_by(queries[arch::acc_row_slot(r)]).shifted(-(col0 + arch::acc_col(lane, r)));
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < arch::kAccRegs; ++r)
       if (!visible[r].contains(nt * arch::kAtomN)) scores[0][nt][r] = -INFINITY;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "arch/arch.cuh"
 #include "params.h"
 
 namespace flash {
@@ -46,7 +47,7 @@ struct KvCacheView {
     }
     const int page_index = page_shift >= 0 ? pos >> page_shift : pos / page_size;
     row = page_shift >= 0 ? pos & (page_size - 1) : pos - page_index * page_size;
-    slab = clamp(pages[min(page_index, max_pages - 1)], 0, entries - 1);
+    slab = clamp(arch::load_global(pages + min(page_index, max_pages - 1)), 0, entries - 1);
   }
 
   __device__ __forceinline__ void locate(int pos, int64_t& slab, int& row) const {

@@ -1,15 +1,12 @@
-// kvcache launch: the append kernel (new tokens into the cache, rotary), the split-KV kernel with
-// its tile per head dim, and the combine kernel when the keys are split.
+// kvcache launch on NVIDIA: the split-KV tile per head dim and its variant (Hopper bulk copies or
+// cp.async, paged or contiguous); the append, split-KV and combine launches themselves are
+// launch_kvcache_kernels.cuh's.
 #pragma once
 
-#include <algorithm>
-
-#include "combine_kernel.cuh"
-#include "kvcache_append_kernel.cuh"
 #include "launch_api.h"
-#include "launch_attributes.h"
-#include "launch_dependent.h"
+#include "launch_kvcache_kernels.cuh"
 #include "launch_sm90.cuh"
+#include "splitkv_bulk_loader.cuh"
 #include "splitkv_kernel.cuh"
 
 namespace flash {
@@ -29,31 +26,6 @@ template <> struct SplitKvTile<96> { using type = SplitKvConfig<96, 16, 3, 8>; }
 template <> struct SplitKvTile<128> { using type = SplitKvConfig<128, 16, 3, 8>; };
 template <> struct SplitKvTile<192> { using type = SplitKvConfig<192, 16, 3, 4>; };
 template <> struct SplitKvTile<256> { using type = SplitKvConfig<256, 16, 3, 4>; };
-
-// The kernels of one call follow each other as dependent launches (launch_dependent.h): each may
-// start while the one before it runs, and waits for it before touching what it wrote (the split-KV
-// kernel only before its steps that reach the new tokens, and before it exits). `launched`
-// says whether a kernel went out, so that the next one knows whether its predecessor is ours.
-template <typename T>
-cudaError_t launch_kvcache_append(const KvAppendParams& p, cudaStream_t stream, bool& launched) {
-  launched = p.cache.seqlen_new > 0 && p.shape.batch > 0;
-  if (!launched) return cudaSuccess;
-  const int items = p.shape.heads_k * (p.shape.headdim / kRotaryPiece);
-  const dim3 grid(p.cache.seqlen_new, ceil_div(items, kAppendThreads), p.shape.batch);
-  return launch_kernel(kvcache_append_kernel<T>, grid, kAppendThreads, 0, stream, false, p);
-}
-
-template <typename T, typename Cfg, bool kPaged, bool kBulk>
-cudaError_t launch_splitkv(const SplitKvParams& p, cudaStream_t stream, bool after_append, bool& launched) {
-  auto kernel = splitkv_kernel<T, Cfg, kPaged, kBulk>;
-  cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  const int m_blocks = ceil_div(p.fwd.shape.seqlen_q * (p.fwd.shape.heads / p.fwd.shape.heads_k), Cfg::kRows);
-  const dim3 grid(m_blocks * p.num_splits, p.fwd.shape.heads_k, p.fwd.shape.batch);
-  launched = m_blocks > 0;  // no query: the append alone
-  if (!launched) return cudaSuccess;
-  return launch_kernel(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, after_append, p);
-}
 
 // Paged or contiguous; bulk copies on Hopper (unless FLASH_ATTN_DISABLE_SM90=1), cp.async elsewhere.
 template <typename T, typename Cfg>
@@ -80,10 +52,8 @@ cudaError_t run_fwd_kvcache(const KvAppendParams& append, const SplitKvParams& p
   cudaError_t err = launch_kvcache_append<T>(append, stream, appended);
   if (err != cudaSuccess) return err;
   err = launch_splitkv_variant<T, Cfg>(params, stream, appended, attended);
-  const int64_t rows = static_cast<int64_t>(params.fwd.shape.batch) * params.fwd.shape.heads * params.fwd.shape.seqlen_q;
-  if (err != cudaSuccess || !attended || params.num_splits == 1 || rows == 0) return err;
-  return launch_kernel(splitkv_combine_kernel<T>, dim3(static_cast<unsigned>(ceil_div64(rows, kCombineWarps))),
-                       dim3(kCombineWarps * arch::kWarpSize), 0, stream, true, params);
+  if (err != cudaSuccess || !attended) return err;
+  return launch_splitkv_combine<T>(params, stream);
 }
 
 }  // namespace flash

@@ -1,11 +1,12 @@
 // Decode attention over a KV cache, split along the keys. CTA (m block x split, KV head, batch):
-// one 16-row atom of packed query rows (the query heads of the KV head, GQA packing:
-// splitkv_schedule.cuh) against this split's key steps. Decode is bound by reading K and V, so the
-// kernel keeps as many bytes in flight as shared memory holds: each warp streams its own key steps
-// (splitkv_schedule.cuh deals them) through a ring of kStages K/V buffers (splitkv_loaders.cuh)
-// and never waits on the other warps. Each warp keeps its own online softmax; at the end the warps' partial
-// results are merged through shared memory and written to out / lse (one split) or to the fp32
-// partials that the combine kernel merges (combine_kernel.cuh).
+// one row atom (arch::kAtomM: 16 rows on sm80, 32 on CDNA) of packed query rows (the query heads
+// of the KV head, GQA packing: splitkv_schedule.cuh) against this split's key steps. Decode is
+// bound by reading K and V, so the kernel keeps as many bytes in flight as shared memory holds:
+// each warp streams its own key steps (splitkv_schedule.cuh deals them) through a ring of kStages
+// K/V buffers (splitkv_loaders.cuh; one stage on CDNA, whose copies are synchronous:
+// launch_kvcache_cdna.cuh) and never waits on the other warps. Each warp keeps its own online
+// softmax; at the end the warps' partial results are merged through shared memory and written to
+// out / lse (one split) or to the fp32 partials that the combine kernel merges (combine_kernel.cuh).
 #pragma once
 
 #include <cmath>
@@ -32,19 +33,20 @@ struct SplitKvConfig {
   static constexpr int kStages = kStages_;      // K/V steps in each warp's ring
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * arch::kWarpSize;
-  static constexpr int kRows = arch::kAtomM;  // packed query rows per CTA
+  static constexpr int kRows = arch::kAtomM;  // packed query rows per CTA: 16 on sm80, 32 on CDNA
   static constexpr int kNT = kWarpKeys / arch::kAtomN;
   static constexpr int kDT = kHeadDim / arch::kAtomN;
   static constexpr int kStride = padded_stride<kHeadDim>();
   static constexpr int kQElems = kRows * kStride;
   static constexpr int kStageElems = 2 * kWarpKeys * kStride;  // K then V
-  static constexpr int kBarrierBytes = kWarps * kStages * 8;  // the bulk loader's mbarriers
+  static constexpr int kBarrierBytes = kWarps * kStages * 8;  // the bulk loader's mbarriers (unused on CDNA)
   static constexpr int kPipelineBytes = (kQElems + kWarps * kStages * kStageElems) * 2 + kBarrierBytes;
   static constexpr int kMergeStride = kHeadDim + 4;  // floats per merged row (16-byte aligned rows)
   // The warps' O rows, then their row max and sum, then each row's per-warp weights and lse.
   static constexpr int kMergeBytes = (kWarps * kRows * kMergeStride + 2 * kWarps * kRows + kWarps * kRows + kRows) * 4;
   static constexpr int kSmemBytes = kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes;
-  static_assert(kWarpKeys % (2 * arch::kAtomN) == 0, "whole k-steps of P.V");
+  static_assert(kWarpKeys % arch::kWarpTileColStep == 0 && kWarpKeys % arch::kAtomK == 0,
+                "whole score atoms of Q.K^T and whole k-steps of P.V");
   static_assert(kWarpKeys * (kHeadDim / kElementsPer16B) % arch::kWarpSize == 0, "whole 16-byte pieces per lane");
 };
 
@@ -86,7 +88,7 @@ __device__ __forceinline__ void rotate_packed_queries(T* sQ, const FwdParams& f,
   }
 }
 
-// The append kernel, launched just before this one (launch_kvcache.cuh), writes the new tokens'
+// The append kernel, launched just before this one (launch_kvcache_kernels.cuh), writes the new tokens'
 // rows: a warp waits for it before it loads a step that reaches them. The steps before the new
 // tokens, most of a long cache, stream while it runs.
 template <typename Cfg>
@@ -96,21 +98,25 @@ __device__ __forceinline__ void wait_if_step_reaches_new_tokens(const KvCacheVie
 
 // S = Q.K^T of one step, its logits, the online softmax and O += P.V.
 template <typename T, typename Cfg>
-__device__ __forceinline__ void attend_step(float (&acc)[1][Cfg::kDT][4], OnlineSoftmax<1>& softmax, const T* sQ,
-                                            const T* sK, const T* sV, const AttentionMask& mask,
+__device__ __forceinline__ void attend_step(float (&acc)[1][Cfg::kDT][arch::kAccRegs], OnlineSoftmax<1>& softmax,
+                                            const T* sQ, const T* sK, const T* sV, const AttentionMask& mask,
                                             const ScoreMod (&mods)[arch::kAccRows],
                                             const int (&queries)[arch::kAccRows],
                                             const PackedQueryRows& q, int n0, float scale_log2, int lane) {
-  float scores[1][Cfg::kNT][4];  // S: (16 packed rows x kWarpKeys keys)
+  float scores[1][Cfg::kNT][arch::kAccRegs];  // S: (kRows packed rows x kWarpKeys keys)
   arch::zero_accumulators(scores);
   arch::warp_gemm_ss<1, Cfg::kNT, Cfg::kHeadDim / arch::kAtomK, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
       scores, sQ, Cfg::kStride, 0, sK, Cfg::kStride, 0, lane);
   const bool needs_mask = !mask.block_fully_visible(q.token_first, q.token_count, n0, Cfg::kWarpKeys);
   packed_scores_to_logits(scores, mask, mods, queries, needs_mask, n0, lane);
   softmax.update(scores, acc, scale_log2);
-  uint32_t probs[1][Cfg::kNT / 2][4];  // P as A fragments of P.V
+  arch::AFragment<T> probs[1][Cfg::kWarpKeys / arch::kAtomK];  // P as A fragments of P.V, per k-step
   arch::accumulators_to_a_fragments<T>(probs, scores);
-  arch::warp_gemm_rs<1, Cfg::kDT, Cfg::kNT / 2, arch::BLayout::kKN>(acc, probs, sV, Cfg::kStride, 0, lane);
+  // V stays [key][dim] as loaded. Where the arch has no transposing loads (CDNA) that costs four
+  // 2-byte LDS reads per operand, as many as storing it transposed would cost in 2-byte writes:
+  // each warp reads its own V step exactly once.
+  arch::warp_gemm_rs<1, Cfg::kDT, Cfg::kWarpKeys / arch::kAtomK, arch::BLayout::kKN>(acc, probs, sV, Cfg::kStride, 0,
+                                                                                   lane);
 }
 
 // Shared-memory views of the merge at the end of the kernel (reusing the pipeline's buffers).
@@ -135,7 +141,8 @@ struct MergeBuffers {
 
 // Each warp's O, row max and row sum into the merge buffers; then per row the weights and lse.
 template <typename Cfg>
-__device__ __forceinline__ void merge_warps(const MergeBuffers<Cfg>& m, const float (&acc)[1][Cfg::kDT][4],
+__device__ __forceinline__ void merge_warps(const MergeBuffers<Cfg>& m,
+                                            const float (&acc)[1][Cfg::kDT][arch::kAccRegs],
                                             const OnlineSoftmax<1>& softmax, float logit_scale, float logit_scale_log2,
                                             int warp, int lane, int tid) {
 #pragma unroll
@@ -150,7 +157,7 @@ __device__ __forceinline__ void merge_warps(const MergeBuffers<Cfg>& m, const fl
 #pragma unroll
   for (int dt = 0; dt < Cfg::kDT; ++dt)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < arch::kAccRegs; ++r) {
       const int row = arch::acc_row(lane, r), col = dt * arch::kAtomN + arch::acc_col(lane, r);
       m.o[(warp * Cfg::kRows + row) * Cfg::kMergeStride + col] = acc[0][dt][r];
     }
@@ -229,7 +236,7 @@ __device__ __forceinline__ void issue_first_steps(const Loader& loader,
 }
 
 template <typename T, typename Cfg, typename Loader>
-__device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&acc)[1][Cfg::kDT][4],
+__device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&acc)[1][Cfg::kDT][arch::kAccRegs],
                                                  OnlineSoftmax<1>& softmax, const T* sQ,
                                                  const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>& b,
                                                  const ScoreMod (&mods)[arch::kAccRows],
@@ -251,11 +258,13 @@ __device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&a
   }
 }
 
-// kBulk: Hopper bulk copies (BulkKvLoader), else cp.async (splitkv_loaders.cuh).
+// kBulk: Hopper bulk copies (BulkKvLoader: splitkv_bulk_loader.cuh, which the NVIDIA launcher
+// includes), else cp.async (splitkv_loaders.cuh; the only loader on CDNA).
 template <typename T, typename Cfg, bool kPaged, bool kBulk>
 __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvParams p) {
-  // Launched as dependent after the append kernel (launch_kvcache.cuh): its rows are read only
-  // after wait_if_step_reaches_new_tokens. The combine kernel may start now and wait for this grid.
+  // Launched as dependent after the append kernel (launch_kvcache_kernels.cuh): its rows are read
+  // only after wait_if_step_reaches_new_tokens. The combine kernel may start now and wait for this
+  // grid.
   arch::allow_dependent_launch();
   if constexpr (kBulk) {
     if (!arch::has_bulk_copies()) return;  // launched only where the bulk copies exist (launch_kvcache.cuh)
@@ -281,7 +290,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvPar
   const bool rotary = p.rotary.cos != nullptr;
   if (!rotary) load_packed_queries<T, Cfg>(sQ, f, b.q, b.batch, tid);
   arch::cp_async_commit();
-  float acc[1][Cfg::kDT][4];  // O: (16 packed rows x kHeadDim)
+  float acc[1][Cfg::kDT][arch::kAccRegs];  // O: (kRows packed rows x kHeadDim)
   arch::zero_accumulators(acc);
   OnlineSoftmax<1> softmax;
   softmax.init();

@@ -3,17 +3,15 @@
 // slot i % kStages, padded rows as tile_io.cuh lays them out, with zeros where a key lies past the
 // range. A warp calls issue(i, n0) for its steps in order, kStages - 1 ahead of wait(i), and
 // reads a slot only between wait(i) and the warp_sync after it.
-//   CpAsyncKvLoader: per-lane 16-byte cp.async copies (sm80 and later).
-//   BulkKvLoader: one bulk copy per K or V row, completing on a per-slot mbarrier (Hopper). A row
-//     costs one address computation (one block-table lookup when paged) instead of one per 16
-//     bytes: measured on H100 (benchmarks/NOTES.md v6), pages of 16 rows went from 0.66-0.84x to
-//     0.90-1.04x of the contiguous cache's speed, which itself did not change.
+//   CpAsyncKvLoader: per-lane 16-byte cp.async copies (sm80 and later; on CDNA the arch layer's
+//     synchronous copies through registers, arch/cdna.cuh).
+//   BulkKvLoader: one bulk copy per K or V row, completing on a per-slot mbarrier (Hopper):
+//     splitkv_bulk_loader.cuh.
 #pragma once
 
 #include <cstdint>
 
 #include "arch/arch.cuh"
-#include "arch/sm90_bulk.cuh"
 #include "kvcache_view.cuh"
 #include "params.h"
 #include "tile_io.cuh"
@@ -69,60 +67,10 @@ struct CpAsyncKvLoader {
   }
 };
 
+// Hopper's loader (kBulk), defined in splitkv_bulk_loader.cuh: only the NVIDIA launcher
+// (launch_kvcache.cuh) includes it and instantiates the kernels that use it, so a CDNA build needs
+// no bulk-copy names.
 template <typename T, typename Cfg, bool kPaged>
-struct BulkKvLoader {
-  KvStepSource<T, Cfg, kPaged> src;
-  T* ring;
-  uint64_t* barriers;  // this warp's kStages mbarriers
-  int lane;
-
-  __device__ __forceinline__ T* slot(int i) const { return ring + (i % Cfg::kStages) * Cfg::kStageElems; }
-
-  // Lane 0 initializes the warp's barriers; columns past headdim are zeroed once (bulk copies write
-  // headdim columns only, and Q.K^T reads the padded ones).
-  __device__ __forceinline__ void init() const {
-    if (lane == 0) {
-      for (int s = 0; s < Cfg::kStages; ++s) arch::mbarrier_init(barriers + s, 1);
-      arch::fence_mbarrier_init();
-    }
-    const int headdim = src.f.shape.headdim;
-    if (headdim < Cfg::kHeadDim) {
-      for (int r = lane; r < Cfg::kStages * 2 * Cfg::kWarpKeys; r += arch::kWarpSize)
-        for (int c = headdim; c < Cfg::kHeadDim; c += kElementsPer16B)
-          *reinterpret_cast<uint4*>(ring + r * Cfg::kStride + c) = uint4{0, 0, 0, 0};
-    }
-    arch::warp_sync();
-  }
-
-  __device__ __forceinline__ void issue(int i, int n0) const {
-    T* sK = slot(i);
-    T* sV = sK + Cfg::kWarpKeys * Cfg::kStride;
-    uint64_t* bar = barriers + i % Cfg::kStages;
-    const int valid_rows = max(0, min(Cfg::kWarpKeys, src.cache.seqlen_k - n0));
-    const uint32_t row_bytes = src.f.shape.headdim * sizeof(T);
-    if (lane == 0) arch::mbarrier_arrive_expect_bytes(bar, 2 * valid_rows * row_bytes);
-    arch::warp_sync();  // the expected bytes are posted before any copy can complete
-    for (int row = lane; row < Cfg::kWarpKeys; row += arch::kWarpSize) {
-      if (row < valid_rows) {
-        const T *k_row, *v_row;
-        src.rows(n0 + row, k_row, v_row);
-        arch::bulk_load(sK + row * Cfg::kStride, k_row, row_bytes, bar);
-        arch::bulk_load(sV + row * Cfg::kStride, v_row, row_bytes, bar);
-      } else {  // keys past the range: zeros, so that P = 0 meets finite V
-        for (int c = 0; c < Cfg::kHeadDim; c += kElementsPer16B) {
-          *reinterpret_cast<uint4*>(sK + row * Cfg::kStride + c) = uint4{0, 0, 0, 0};
-          *reinterpret_cast<uint4*>(sV + row * Cfg::kStride + c) = uint4{0, 0, 0, 0};
-        }
-      }
-    }
-  }
-
-  __device__ __forceinline__ void commit() const {}
-
-  __device__ __forceinline__ void wait(int i) const {
-    arch::mbarrier_wait_parity(barriers + i % Cfg::kStages, (i / Cfg::kStages) & 1);
-    arch::warp_sync();
-  }
-};
+struct BulkKvLoader;
 
 }  // namespace flash

@@ -3,8 +3,9 @@
 // cdna_mfma.cuh; the kernels' warp-GEMM interface (sm80_gemm.cuh's names, computed transposed) in
 // cdna_gemm.cuh; the lane -> element maps in cdna_layout.h (plain C++, host-tested). Status: the
 // probe, the sm80-family forward (fwd_kernel.cuh: hd 32 to 256) and backward (bwd_kernel.cuh: hd
-// 32 to 128) compile for gfx90a and gfx942 with matrix-core instructions (hip/ci_check.sh); not yet
-// run on AMD hardware.
+// 32 to 128) and the split-KV decode (kvcache_append_kernel.cuh, splitkv_kernel.cuh with the
+// cp.async loader, combine_kernel.cuh: hd 32 to 256) compile for gfx90a and gfx942 with
+// matrix-core instructions (hip/ci_check.sh); not yet run on AMD hardware.
 //
 // What differs from sm80.cuh and sm80_gemm.cuh, name by name (the sm90 files' wgmma, TMA and
 // mbarrier names have no counterpart: the sm90 kernels are not built for ROCm):
@@ -21,7 +22,7 @@
 //                       (kHasTransposingLoads = false; tile_io.cuh load_tile_transposed, which the
 //                       forward uses for V) or read with four 2-byte reads.
 //   Mma16816 / mma_16816  Mfma<T, Shape> / mfma<T, Shape> for Mfma32x32x8 and Mfma16x16x16.
-//   pack_pair, to_float, from_float   same names and meaning for half_t and bfloat16_t.
+//   pack_pair, unpack_pair, to_float, from_float   same names and meaning for half_t and bfloat16_t.
 //   shuffle, shuffle_xor, warp_sum, warp_max   same meaning over 64 lanes (__shfl / __shfl_xor with
 //                       width 64: no *_sync, no 32-bit lane masks).
 //   quad_max, quad_sum  not provided: they encode the mma.sync row-over-4-lanes layout. The CDNA
@@ -44,7 +45,7 @@
 //                       2-byte reads; the register "A fragment" is an MFMA B operand. cdna_mfma.cuh's
 //                       wave_gemm_ss / wave_gemm_sr, accumulators_to_b_operands and
 //                       store_accumulators_transposed are the same products in MFMA terms (probe).
-//   FLASH_LOAD_IF_SET   reads the pointer in the global address space (see there).
+//   FLASH_LOAD_IF_SET, load_global   read the pointer in the global address space (see there).
 //
 // Port plan: what the sm80 kernels assume about fragments, and what must move into the arch layer
 // before fwd_kernel / bwd_kernel / splitkv_kernel compile against CDNA. DONE for fwd_kernel (it
@@ -52,8 +53,9 @@
 // launch_fwd_cdna.cuh's tiles in 7, synchronous copies in 8) and for bwd_kernel (bwd_fragments.cuh
 // loops over row slots in 2 and 5, 2-byte reads for Q, dO, K and dS^T in 4, the backward's dropout
 // in 6, launch_bwd_cdna.cuh's tiles in 7, with V and P^T in registers at hd 96 and 128 for the
-// LDS budget: bwd_register_operands.cuh); splitkv_kernel still uses the mma.sync
-// m16n8k16 C layout directly:
+// LDS budget: bwd_register_operands.cuh) and for splitkv_kernel (kAccRegs and AFragment in 1
+// and 3, its loops in 5, V read with 2-byte reads in 4, launch_kvcache_cdna.cuh's tiles in 7, one
+// ring stage in 8). The items, as they were:
 //   1. Fragment shape. Accumulators are `float[MT][NT][4]` of 16x8 atoms (softmax.cuh,
 //      fragment_scores.cuh, bwd_fragments.cuh, dropout.cuh, splitkv_kernel.cuh, the kernels).
 //      MFMA accumulators are Shape::kAccRegs (16 or 4) fp32 per lane per square atom
@@ -111,14 +113,15 @@
 //      current MFMAs and writes them to LDS after them.
 //   9. Launch and selection. launch_*.cuh's hipFuncSetAttribute (smem > 48 KiB) is harmless on AMD;
 //      can_run_sm90 and the compute-capability queries pick NVIDIA kernels: the ROCm build
-//      instantiates the CDNA kernels only and never includes the sm90 files. splitkv_kernel.cuh's
-//      `#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900` (the one CUDA-only spelling hipify leaves
-//      outside arch/sm80*, sm90*; hip/hipify_sources.py KNOWN_LEFTOVERS) becomes an arch constant.
+//      instantiates the CDNA kernels only and never includes the sm90 files (splitkv_kernel.cuh's
+//      Hopper loader lives in splitkv_bulk_loader.cuh, which only the NVIDIA launcher includes; the
+//      kernel's bulk test is has_bulk_copies() above).
 // hip/probe_attention_block.hip is one forward attention block written this way (S^T = K.Q^T, column
 // softmax, O^T += V^T.P^T with P^T in registers) for both atoms and both dtypes.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
@@ -203,6 +206,13 @@ __device__ __forceinline__ float float_of_bits<bfloat16_t>(uint16_t bits) {
 template <typename T>
 __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
   return float_to_bits<T>(lo) | (static_cast<uint32_t>(float_to_bits<T>(hi)) << 16);
+}
+
+// One register of two T -> two fp32 values (pack_pair's inverse): the low half into lo.
+template <typename T>
+__device__ __forceinline__ void unpack_pair(uint32_t bits, float& lo, float& hi) {
+  lo = float_of_bits<T>(static_cast<uint16_t>(bits));
+  hi = float_of_bits<T>(static_cast<uint16_t>(bits >> 16));
 }
 
 template <typename T>
@@ -298,6 +308,17 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 // with fallback's kernel argument copied to scratch.
 #define FLASH_LOAD_IF_SET(ptr, fallback) \
   ((ptr) != nullptr ? static_cast<uint64_t>(*(const __attribute__((address_space(1))) int64_t*)(ptr)) : (fallback))
+
+// *ptr for a pointer into global memory (sm80.cuh's name). Where the pointer was chosen against a
+// null one (`p == nullptr ? nullptr : p + i`: a paged cache's block table, rotary's cos / sin
+// rows), LLVM lost its address space and loaded through a flat instruction; cast back here. Read
+// as bits, so that element types with constructors (__half) need none in the global address space.
+template <typename T>
+__device__ __forceinline__ T load_global(const T* ptr) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "16- and 32-bit values");
+  using Bits = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;
+  return __builtin_bit_cast(T, *(const __attribute__((address_space(1))) Bits*)ptr);
+}
 
 // The counters below live in global memory: addressed as such, the atomics are global_* rather
 // than flat_* instructions (which also wait on LDS traffic and which hip/check_isa.py rejects). C

@@ -112,6 +112,24 @@ __device__ __forceinline__ uint32_t pack_pair<__nv_bfloat16>(float lo, float hi)
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
+// One register of two T -> two fp32 values (pack_pair's inverse): the low half into lo.
+template <typename T>
+__device__ __forceinline__ void unpack_pair(uint32_t bits, float& lo, float& hi);
+
+template <>
+__device__ __forceinline__ void unpack_pair<__half>(uint32_t bits, float& lo, float& hi) {
+  const __half2 h = *reinterpret_cast<const __half2*>(&bits);
+  lo = __low2float(h);
+  hi = __high2float(h);
+}
+
+template <>
+__device__ __forceinline__ void unpack_pair<__nv_bfloat16>(uint32_t bits, float& lo, float& hi) {
+  const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+  lo = __low2float(h);
+  hi = __high2float(h);
+}
+
 template <typename T>
 __device__ __forceinline__ float to_float(T x);
 
@@ -224,6 +242,14 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 // graph capture, host values otherwise). A macro, expanding to the expression dropout.cuh always
 // had: as an inlined function it moved nvcc's scheduling of the sm90 forward's parameter loads.
 #define FLASH_LOAD_IF_SET(ptr, fallback) ((ptr) != nullptr ? static_cast<uint64_t>(*(ptr)) : (fallback))
+
+// *ptr for a pointer into global memory that may have been chosen against a null one (a paged
+// cache's block table, rotary's cos / sin rows): a plain load here; cdna.cuh's reads it in the
+// global address space.
+template <typename T>
+__device__ __forceinline__ T load_global(const T* ptr) {
+  return *ptr;
+}
 
 // Spins until *counter == value (acquire: what the writer did before its release is visible).
 __device__ __forceinline__ void wait_until_equal(const int* counter, int value) {
