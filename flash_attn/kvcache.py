@@ -1,8 +1,8 @@
 """flash_attn_with_kvcache: FlashAttention 2's inference entry point, same arguments and semantics.
 
-CUDA tensors run our kernels: an append kernel (new tokens into the cache, rotary applied), a
-split-KV decode kernel (query heads of a KV head packed into one tile, the keys split across CTAs,
-contiguous or paged caches) and a combine kernel. float32 CUDA tensors, and every call with
+CUDA tensors run our kernels: an append kernel (new tokens into the cache, keys rotated), a
+split-KV decode kernel (query heads of a KV head packed into one tile and rotated as they are
+loaded, the keys split across CTAs, contiguous or paged caches) and a combine kernel. float32 CUDA tensors, and every call with
 FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, run the Triton backend's (flash_attn/triton/kvcache.py;
 backend.py chooses). CPU tensors run reference_kvcache.py.
 """
