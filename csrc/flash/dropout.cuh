@@ -241,7 +241,7 @@ __device__ __forceinline__ void test_exchanged_calls(const Dropout& d, const uin
 template <int MT, int NT, bool kRowsAreKeys>
 __device__ __forceinline__ DropTests<MT, NT, kRowsAreKeys> draw_drop_tests(const Dropout& d, int row0, int col0,
                                                                             int lane) {
-  static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators (drop_probs_fwd_mapped for others)");
+  static_assert(MT > 0 && arch::kAccLayoutIsM16N8, "m16n8 accumulators (draw_mapped_drop_tests for others)");
   constexpr int kPairs = NT / 4;  // pairs of 16-column tiles
   const int g = lane / 4, t = lane % 4;
   const bool odd = g % 2;
@@ -322,64 +322,17 @@ __host__ __device__ constexpr int dropout_register_tiles() {
   return tiles;
 }
 
-// Forward, on any other accumulator layout (CDNA): each element (query i, key j) maps through the
-// definition. A lane's row i needs, per atom, the calls 4 ((i % 8) / 2) + (j % 8) / 2 of the tiles
-// j / 16 of its columns j = lane part + register part (the lane part even, and no carry past a
-// multiple of 8 or of 16 between the two: cdna_layout.h, tests/hip/cdna_layout_test.cpp), so the
-// classes and tiles are the lane's plus the register's; drawn in lockstep, one call per class and
-// tile, each read for every element it holds.
-template <int MT, int NT>
-__device__ __forceinline__ void drop_probs_fwd_mapped(float (&probs)[MT][NT][arch::kAccRegs], const Dropout& d,
-                                                      int row0, int col0, int lane) {
-  constexpr int kClasses = dropout_column_classes(), kTiles = dropout_register_tiles();
-  static_assert(MT > 0 && arch::kAtomN % kDropoutTile == 0, "whole dropout tiles per atom");
-  const int lane_col = arch::acc_col_lane_part(lane);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int h = 0; h < arch::kAccRows; ++h) {
-      const int query = row0 + mt * arch::kAtomM + arch::acc_row(lane, arch::acc_value(h, 0));
-      const int first_call = 4 * (query % 8 / 2) + lane_col % 8 / 2, byte_row = 2 * (query % 16 / 8);
-      const uint32_t odd_row_mask = 0u - static_cast<uint32_t>(query % 2);  // words 2 and 3 of a call, else 0 and 1
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int first_tile = (col0 + nt * arch::kAtomN + lane_col) / kDropoutTile;
-        uint4 calls[kTiles * kClasses];
-#pragma unroll
-        for (int tile = 0; tile < kTiles; ++tile)
-#pragma unroll
-          for (int c = 0; c < kClasses; ++c)
-            calls[tile * kClasses + c] = d.tile_counter(query / kDropoutTile, first_tile + tile, first_call + c);
-        d.draw(calls);
-        // This row's words (j % 2 = 0, 1) of each call, blended with a mask: a select between two
-        // fields became a load at a selected address, which kept `calls` in scratch (gfx942).
-        uint32_t row_words[kTiles * kClasses][2];
-#pragma unroll
-        for (int k = 0; k < kTiles * kClasses; ++k) {
-          row_words[k][0] = (calls[k].x & ~odd_row_mask) | (calls[k].z & odd_row_mask);
-          row_words[k][1] = (calls[k].y & ~odd_row_mask) | (calls[k].w & odd_row_mask);
-        }
-#pragma unroll
-        for (int j = 0; j < arch::kAccValuesPerRow; ++j) {
-          const int r = arch::acc_value(h, j), part = arch::acc_col_register_part(r);
-          const uint32_t word = row_words[part / kDropoutTile * kClasses + part % 8 / 2][part % 2];
-          const int key_in_tile = lane_col % kDropoutTile + part % kDropoutTile;
-          if (!d.keeps(word, byte_row + key_in_tile / 8)) probs[mt][nt][r] = 0.f;
-        }
-      }
-    }
-}
-
-// Backward, on any other accumulator layout (CDNA): the drop tests of an S^T fragment (rows are keys,
-// columns queries) element by element through the definition, as drop_probs_fwd_mapped does with
-// the roles swapped. A lane's key j (its row) and queries i = lane part + register part need, per
-// atom, the calls 4 ((i % 8) / 2) + (j % 8) / 2 for the lane's query classes (i % 8) / 2 and the
-// query tiles i / 16 it reaches, drawn in lockstep; element (i, j) is byte 2 ((i % 16) / 8) +
-// (j % 16) / 8 of word 2 (i % 2) + j % 2, i % 2 being the register part's parity (the lane part is
-// even).
-template <int MT, int NT>
-__device__ __forceinline__ MappedDropTests<MT, NT> drop_tests_bwd_mapped(const Dropout& d, int key0, int query0,
-                                                                         int lane) {
+// The drop tests of a fragment on any other accumulator layout (CDNA), element by element through
+// the definition: rows are queries and columns keys in the forward, keys and queries in the
+// backward's S^T (kRowsAreKeys). A lane's row r needs, per atom, the calls 4 ((i % 8) / 2) + (j % 8)
+// / 2 of the column classes and the 16-column tiles that its columns c = lane part + register part
+// reach (the lane part even, and no carry past a multiple of 8 or of 16 between the two:
+// cdna_layout.h, tests/hip/cdna_layout_test.cpp), so the classes and tiles are the lane's plus the
+// register's; drawn in lockstep, one call per class and tile, each read for every element it holds.
+// Element (i, j) is byte 2 ((i % 16) / 8) + (j % 16) / 8 of word 2 (i % 2) + j % 2.
+template <bool kRowsAreKeys, int MT, int NT>
+__device__ __forceinline__ MappedDropTests<MT, NT> draw_mapped_drop_tests(const Dropout& d, int row0, int col0,
+                                                                          int lane) {
   constexpr int kClasses = dropout_column_classes(), kTiles = dropout_register_tiles();
   static_assert(MT > 0 && arch::kAtomN % kDropoutTile == 0, "whole dropout tiles per atom");
   const int lane_col = arch::acc_col_lane_part(lane);
@@ -392,34 +345,43 @@ __device__ __forceinline__ MappedDropTests<MT, NT> drop_tests_bwd_mapped(const D
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < arch::kAccRows; ++h) {
-      const int key = key0 + mt * arch::kAtomM + arch::acc_row(lane, arch::acc_value(h, 0));
-      const int key_class = key % 8 / 2, byte_col = key % 16 / 8;
-      const uint32_t odd_key_mask = 0u - static_cast<uint32_t>(key % 2);  // words 1 and 3 of a call, else 0 and 2
+      const int row = row0 + mt * arch::kAtomM + arch::acc_row(lane, arch::acc_value(h, 0));
+      const int row_class = row % 8 / 2, row_byte_half = row % 16 / 8;
+      // The row's two words of a call (the column's parity picks one): with rows as queries, words
+      // 2 (i % 2) and + 1; with rows as keys, words j % 2 and + 2.
+      const uint32_t odd_row_mask = 0u - static_cast<uint32_t>(row % 2);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const int first_tile = (query0 + nt * arch::kAtomN + lane_col) / kDropoutTile;
+        const int first_tile = (col0 + nt * arch::kAtomN + lane_col) / kDropoutTile;
         uint4 calls[kTiles * kClasses];
 #pragma unroll
         for (int tile = 0; tile < kTiles; ++tile)
 #pragma unroll
-          for (int c = 0; c < kClasses; ++c)
+          for (int c = 0; c < kClasses; ++c) {
+            const int col_class = lane_col % 8 / 2 + c;
             calls[tile * kClasses + c] =
-                d.tile_counter(first_tile + tile, key / kDropoutTile, 4 * (lane_col % 8 / 2 + c) + key_class);
+                kRowsAreKeys ? d.tile_counter(first_tile + tile, row / kDropoutTile, 4 * col_class + row_class)
+                             : d.tile_counter(row / kDropoutTile, first_tile + tile, 4 * row_class + col_class);
+          }
         d.draw(calls);
-        // This key's words (i % 2 = 0, 1) of each call, blended with a mask (drop_probs_fwd_mapped
-        // says why).
-        uint32_t key_words[kTiles * kClasses][2];
+        // Blended with a mask: a select between two fields became a load at a selected address,
+        // which kept `calls` in scratch (gfx942).
+        uint32_t row_words[kTiles * kClasses][2];
 #pragma unroll
         for (int k = 0; k < kTiles * kClasses; ++k) {
-          key_words[k][0] = (calls[k].x & ~odd_key_mask) | (calls[k].y & odd_key_mask);
-          key_words[k][1] = (calls[k].z & ~odd_key_mask) | (calls[k].w & odd_key_mask);
+          const uint4& w = calls[k];
+          row_words[k][0] = kRowsAreKeys ? (w.x & ~odd_row_mask) | (w.y & odd_row_mask)
+                                         : (w.x & ~odd_row_mask) | (w.z & odd_row_mask);
+          row_words[k][1] = kRowsAreKeys ? (w.z & ~odd_row_mask) | (w.w & odd_row_mask)
+                                         : (w.y & ~odd_row_mask) | (w.w & odd_row_mask);
         }
 #pragma unroll
         for (int j = 0; j < arch::kAccValuesPerRow; ++j) {
           const int r = arch::acc_value(h, j), part = arch::acc_col_register_part(r);
-          const uint32_t word = key_words[part / kDropoutTile * kClasses + part % 8 / 2][part % 2];
-          const int query_in_tile = lane_col % kDropoutTile + part % kDropoutTile;
-          if (!d.keeps(word, 2 * (query_in_tile / 8) + byte_col)) out.dropped[mt][nt] |= 1u << r;
+          const uint32_t word = row_words[part / kDropoutTile * kClasses + part % 8 / 2][part % 2];
+          const int col_byte_half = (lane_col % kDropoutTile + part % kDropoutTile) / 8;
+          const int byte = kRowsAreKeys ? 2 * col_byte_half + row_byte_half : 2 * row_byte_half + col_byte_half;
+          if (!d.keeps(word, byte)) out.dropped[mt][nt] |= 1u << r;
         }
       }
     }
@@ -432,7 +394,7 @@ __device__ __forceinline__ BwdDropTests<MT, NT> drop_tests_bwd(const Dropout& d,
   if constexpr (arch::kAccLayoutIsM16N8) {
     return draw_drop_tests<MT, NT, true>(d, key0, query0, lane);
   } else {
-    return drop_tests_bwd_mapped<MT, NT>(d, key0, query0, lane);
+    return draw_mapped_drop_tests<true, MT, NT>(d, key0, query0, lane);
   }
 }
 
@@ -450,7 +412,7 @@ __device__ __forceinline__ void drop_probs_fwd(float (&probs)[MT][NT][arch::kAcc
       drop_accumulators(row_block, drop_tests_fwd<1, NT>(d, row0 + mt * arch::kAtomM, col0, lane));
     }
   } else {
-    drop_probs_fwd_mapped(probs, d, row0, col0, lane);
+    drop_accumulators(probs, draw_mapped_drop_tests<false, MT, NT>(d, row0, col0, lane));
   }
 }
 

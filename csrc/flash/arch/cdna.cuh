@@ -102,7 +102,7 @@
 //      arithmetic with a pair exchange between lanes L and L ^ 4) must give the same bits for
 //      (batch, head, row, col) on AMD: keep the element -> (tile, call, word, byte) map and
 //      evaluate it per element from the Shape maps (one Philox call per tile and call that the
-//      lane's elements need: drop_probs_fwd_mapped), instead of the sm80 lane arithmetic.
+//      lane's elements need: draw_mapped_drop_tests), instead of the sm80 lane arithmetic.
 //   7. Tile configs. kWarpSize-derived sizes follow (64), but FwdConfig / BwdConfig / the splitkv
 //      config were tuned for 32-lane warps with 16-row atoms: a CDNA config per head dim (the probe:
 //      128 queries x 4 waves, 32 queries per wave, 64-key K/V tiles, Q in registers, 34 KB of LDS
