@@ -33,6 +33,7 @@ def decode_calls(batch, context):
     q, k_new, v_new = randn(batch, 1, NHEADS, HEADDIM), randn(batch, 1, NHEADS_K, HEADDIM), randn(batch, 1, NHEADS_K, HEADDIM)
     k, v = randn(batch, context, NHEADS_K, HEADDIM), randn(batch, context, NHEADS_K, HEADDIM)
     seqlens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
+    append_at = seqlens - 1  # the new token lands in the cache's last row (its capacity is context)
     angles = torch.arange(context + 1, device="cuda")[:, None] * 10000.0 ** (
         -torch.arange(0, HEADDIM, 2, device="cuda") / HEADDIM)
     cos, sin = angles.cos().bfloat16(), angles.sin().bfloat16()
@@ -46,7 +47,7 @@ def decode_calls(batch, context):
     return {
         "plain": lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens),
         "append+rotary": lambda: flash_attn_with_kvcache(q, k, v, k=k_new, v=v_new, rotary_cos=cos, rotary_sin=sin,
-                                                         cache_seqlens=seqlens - 1, causal=True),
+                                                         cache_seqlens=append_at, causal=True),
         "softcap 30": lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, softcap=30.0),
         "alibi": lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, alibi_slopes=slopes),
         "sdpa-cudnn": cudnn,

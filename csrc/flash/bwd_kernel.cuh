@@ -21,6 +21,7 @@
 #include "common.cuh"
 #include "dropout.cuh"
 #include "fragment_scores.cuh"
+#include "launch_attributes.h"
 #include "score_mod.cuh"
 #include "sequence.cuh"
 #include "mask.cuh"
@@ -290,6 +291,18 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
                                                     kb.rows_k, headdim, tid);
   store_tile<kBlockN, Cfg::kHeadDim, Cfg::kThreads>(kb.template key_rows<T>(p.dv, head), p.dv.row_stride, sV,
                                                     kb.rows_k, headdim, tid);
+}
+
+// Launches bwd_kernel over the grid it reads: one CTA per key block, head and batch, with `smem`
+// bytes of dynamic shared memory (Cfg::smem_bytes(stages)) opted in.
+template <typename Cfg, typename Kernel>
+cudaError_t launch_over_key_blocks(Kernel kernel, const BwdParams& params, int stages, cudaStream_t stream) {
+  const int smem = Cfg::smem_bytes(stages);
+  cudaError_t err = allow_dynamic_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(ceil_div(params.fwd.shape.seqlen_k, Cfg::kBlockN), params.fwd.shape.heads, params.fwd.shape.batch);
+  kernel<<<grid, Cfg::kThreads, smem, stream>>>(params, stages);
+  return cudaGetLastError();
 }
 
 }  // namespace flash

@@ -4,9 +4,18 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "params.h"
 
 namespace flash {
+
+// Whether a per-head-dim tile choice (a struct with a `type` member where that head dim has a tile)
+// has one: the ROCm launchers' run_* return cudaErrorNotSupported for head dims without.
+template <typename Tile, typename = void>
+struct HasTile : std::false_type {};
+template <typename Tile>
+struct HasTile<Tile, std::void_t<typename Tile::type>> : std::true_type {};
 
 // Each returns the first CUDA error of the launch (attribute setup included), cudaSuccess otherwise.
 template <typename T, int kHeadDim>

@@ -48,12 +48,7 @@ cudaError_t run_bwd_sm80(const BwdParams& params, cudaStream_t stream, int devic
   const char* forced = std::getenv("FLASH_ATTN_BWD_STAGES");
   const bool force_one_stage = forced != nullptr && std::strcmp(forced, "1") == 0;
   const int stages = !force_one_stage && Cfg::smem_bytes(2) <= smem_optin ? 2 : 1;
-  const int smem = Cfg::smem_bytes(stages);
-  err = allow_dynamic_smem(kernel, smem);
-  if (err != cudaSuccess) return err;
-  const dim3 grid(ceil_div(params.fwd.shape.seqlen_k, Cfg::kBlockN), params.fwd.shape.heads, params.fwd.shape.batch);
-  kernel<<<grid, Cfg::kThreads, smem, stream>>>(params, stages);
-  return cudaGetLastError();
+  return launch_over_key_blocks<Cfg>(kernel, params, stages, stream);
 }
 
 // The preprocess (dsum; it also clears dq_accum, or the deterministic counters), the main kernel,

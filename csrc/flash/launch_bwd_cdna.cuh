@@ -71,13 +71,9 @@ constexpr int kBwdStagesCdna = 1;
 template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t run_bwd_main_cdna(const BwdParams& params, cudaStream_t stream) {
   using Cfg = BwdTileCdnaOf<kHeadDim, kScoreExtras>;
-  constexpr int kSmem = arch::checked_lds_bytes<Cfg::smem_bytes(kBwdStagesCdna)>();
-  auto kernel = bwd_kernel<T, Cfg, kScoreExtras>;
-  const cudaError_t err = allow_dynamic_smem(kernel, kSmem);
-  if (err != cudaSuccess) return err;
-  const dim3 grid(ceil_div(params.fwd.shape.seqlen_k, Cfg::kBlockN), params.fwd.shape.heads, params.fwd.shape.batch);
-  kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(params, kBwdStagesCdna);
-  return cudaGetLastError();
+  static_assert(arch::checked_lds_bytes<Cfg::smem_bytes(kBwdStagesCdna)>() == Cfg::smem_bytes(kBwdStagesCdna),
+                "LDS budget");
+  return launch_over_key_blocks<Cfg>(bwd_kernel<T, Cfg, kScoreExtras>, params, kBwdStagesCdna, stream);
 }
 
 // The preprocess (dsum; it also clears dq_accum, or the deterministic counters), the main kernel
@@ -94,17 +90,12 @@ cudaError_t run_bwd_cdna(const BwdParams& params, cudaStream_t stream) {
   return err;
 }
 
-template <int kHeadDim, typename = void>
-struct HasBwdTileCdna : std::false_type {};
-template <int kHeadDim>
-struct HasBwdTileCdna<kHeadDim, std::void_t<typename BwdTileCdna<kHeadDim>::type>> : std::true_type {};
-
 // launch_api.h's entry point in a ROCm build: cudaErrorNotSupported (hipErrorNotSupported) for a
 // head dim without a CDNA tile (192, 256), so a build of every head dim links and the op layer
 // reports it (op_common.h check_launch).
 template <typename T, int kHeadDim>
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {
-  if constexpr (HasBwdTileCdna<kHeadDim>::value) {
+  if constexpr (HasTile<BwdTileCdna<kHeadDim>>::value) {
     return run_bwd_cdna<T, kHeadDim>(params, stream);
   } else {
     return cudaErrorNotSupported;

@@ -5,8 +5,6 @@
 // rocm); not yet run on AMD hardware.
 #pragma once
 
-#include <type_traits>
-
 #include "features.h"
 #include "fwd_kernel.cuh"
 #include "fwd_query_block.cuh"
@@ -41,17 +39,12 @@ cudaError_t run_fwd_cdna(const FwdParams& params, cudaStream_t stream) {
   return launch_over_query_blocks<Cfg>(fwd_kernel<T, Cfg, false>, params, stream);
 }
 
-template <int kHeadDim, typename = void>
-struct HasFwdTileCdna : std::false_type {};
-template <int kHeadDim>
-struct HasFwdTileCdna<kHeadDim, std::void_t<typename FwdTileCdna<kHeadDim>::type>> : std::true_type {};
-
 // launch_api.h's entry point in a ROCm build: cudaErrorNotSupported (hipErrorNotSupported) for a
 // head dim without a CDNA tile (none today), so a build of every head dim links and the op layer
 // reports it.
 template <typename T, int kHeadDim>
 cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream) {
-  if constexpr (HasFwdTileCdna<kHeadDim>::value) {
+  if constexpr (HasTile<FwdTileCdna<kHeadDim>>::value) {
     return run_fwd_cdna<T, kHeadDim>(params, stream);
   } else {
     return cudaErrorNotSupported;
