@@ -60,7 +60,8 @@ def test_kvcache(name, num_splits):
 @pytest.mark.parametrize("name", ["decode", "append_many", "paged_16", "paged_48", "leftpad", "window_both",
                                   "everything", "long_context"])
 def test_kvcache_cp_async_loader(monkeypatch, name):
-    """The sm80 loader (per-lane cp.async) that Hopper replaces with bulk copies."""
+    """The sm80 loader (per-lane cp.async) that Hopper replaces with TMA boxes (whole 64-column head
+    dims) or row bulk copies."""
     monkeypatch.setenv("FLASH_ATTN_DISABLE_SM90", "1")
     case = dataclasses.replace(CASES[name], num_splits=3)
     require_kernel(case.dtype, case.headdim)

@@ -50,6 +50,11 @@ struct KvCacheView {
     slab = clamp(arch::load_global(pages + min(page_index, max_pages - 1)), 0, entries - 1);
   }
 
+  // The row of cache position `pos` inside its page (paged caches), without the block-table read.
+  __device__ __forceinline__ int page_row(int pos) const {
+    return page_shift >= 0 ? pos & (page_size - 1) : pos % page_size;
+  }
+
   __device__ __forceinline__ void locate(int pos, int64_t& slab, int& row) const {
     if (pages != nullptr) {
       locate_as<true>(pos, slab, row);

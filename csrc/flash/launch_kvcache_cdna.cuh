@@ -48,8 +48,8 @@ template <typename T, typename Cfg>
 cudaError_t launch_splitkv_cdna(const SplitKvParams& params, cudaStream_t stream, bool after_append, bool& launched) {
   static_assert(arch::checked_lds_bytes<Cfg::kSmemBytes>() == Cfg::kSmemBytes, "LDS budget");
   return params.cache.block_table != nullptr
-             ? launch_splitkv<T, Cfg, true, false>(params, stream, after_append, launched)
-             : launch_splitkv<T, Cfg, false, false>(params, stream, after_append, launched);
+             ? launch_splitkv<T, Cfg, CpAsyncKvLoader<T, Cfg, true>>(params, {}, stream, after_append, launched)
+             : launch_splitkv<T, Cfg, CpAsyncKvLoader<T, Cfg, false>>(params, {}, stream, after_append, launched);
 }
 
 template <typename T, int kHeadDim>

@@ -27,16 +27,18 @@ cudaError_t launch_kvcache_append(const KvAppendParams& p, cudaStream_t stream, 
   return launch_kernel(kvcache_append_kernel<T>, grid, kAppendThreads, 0, stream, false, p);
 }
 
-template <typename T, typename Cfg, bool kPaged, bool kBulk>
-cudaError_t launch_splitkv(const SplitKvParams& p, cudaStream_t stream, bool after_append, bool& launched) {
-  auto kernel = splitkv_kernel<T, Cfg, kPaged, kBulk>;
+// Loader: the split-KV kernel's loader (splitkv_loaders.cuh); maps: its kernel parameter.
+template <typename T, typename Cfg, typename Loader>
+cudaError_t launch_splitkv(const SplitKvParams& p, const typename Loader::Maps& maps, cudaStream_t stream,
+                           bool after_append, bool& launched) {
+  auto kernel = splitkv_kernel<T, Cfg, Loader>;
   cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int m_blocks = ceil_div(p.fwd.shape.seqlen_q * (p.fwd.shape.heads / p.fwd.shape.heads_k), Cfg::kRows);
   const dim3 grid(m_blocks * p.num_splits, p.fwd.shape.heads_k, p.fwd.shape.batch);
   launched = m_blocks > 0;  // no query: the append alone
   if (!launched) return cudaSuccess;
-  return launch_kernel(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, after_append, p);
+  return launch_kernel(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, after_append, p, maps);
 }
 
 // After a split-KV kernel that went out: merges its partial results when the keys were split.

@@ -3,8 +3,9 @@
 // of the KV head, GQA packing: splitkv_schedule.cuh) against this split's key steps. Decode is
 // bound by reading K and V, so the kernel keeps as many bytes in flight as shared memory holds:
 // each warp streams its own key steps (splitkv_schedule.cuh deals them) through a ring of kStages
-// K/V buffers (splitkv_loaders.cuh; one stage on CDNA, whose copies are synchronous:
-// launch_kvcache_cdna.cuh) and never waits on the other warps. Each warp keeps its own online
+// K/V buffers, filled by the Loader (splitkv_loaders.cuh: cp.async, Hopper row copies or TMA
+// boxes; one stage on CDNA, whose copies are synchronous: launch_kvcache_cdna.cuh), and never
+// waits on the other warps. Each warp keeps its own online
 // softmax; at the end the warps' partial results are merged through shared memory and written to
 // out / lse (one split) or to the fp32 partials that the combine kernel merges (combine_kernel.cuh).
 #pragma once
@@ -39,8 +40,11 @@ struct SplitKvConfig {
   static constexpr int kStride = padded_stride<kHeadDim>();
   static constexpr int kQElems = kRows * kStride;
   static constexpr int kStageElems = 2 * kWarpKeys * kStride;  // K then V
-  static constexpr int kBarrierBytes = kWarps * kStages * 8;  // the bulk loader's mbarriers (unused on CDNA)
-  static constexpr int kPipelineBytes = (kQElems + kWarps * kStages * kStageElems) * 2 + kBarrierBytes;
+  static constexpr int kBarrierBytes = kWarps * kStages * 8;  // the Hopper loaders' mbarriers (unused on CDNA)
+  // Shared memory: the warps' rings (sized for padded rows; the TMA loader's swizzled slots are
+  // smaller), then Q, then the barriers.
+  static constexpr int kRingBytes = kWarps * kStages * kStageElems * 2;
+  static constexpr int kPipelineBytes = kRingBytes + kQElems * 2 + kBarrierBytes;
   static constexpr int kMergeStride = kHeadDim + 4;  // floats per merged row (16-byte aligned rows)
   // The warps' O rows, then their row max and sum, then each row's per-warp weights and lse.
   static constexpr int kMergeBytes = (kWarps * kRows * kMergeStride + 2 * kWarps * kRows + kWarps * kRows + kRows) * 4;
@@ -96,27 +100,81 @@ __device__ __forceinline__ void wait_if_step_reaches_new_tokens(const KvCacheVie
   if (keys + Cfg::kWarpKeys > cache.append_at - cache.first) arch::wait_for_prior_grid();
 }
 
-// S = Q.K^T of one step, its logits, the online softmax and O += P.V.
+// The A operand of Q.K^T: the CTA's packed query rows. Up to hd 128 a warp holds them as fragments,
+// loaded once (32 registers per lane at hd 128); at hd 192 and 256 they would not fit beside O's
+// accumulators (ptxas spilled at hd 256), so those read sQ at every step.
+template <typename T, typename Cfg, bool kInRegisters = (Cfg::kHeadDim <= 128)>
+struct QueryOperand;
+
 template <typename T, typename Cfg>
+struct QueryOperand<T, Cfg, true> {
+  static constexpr int kSteps = Cfg::kHeadDim / arch::kAtomK;
+  arch::AFragment<T> frags[1][kSteps];
+
+  __device__ __forceinline__ void load(const T* sQ, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks)
+      arch::load_a_fragment<arch::Layout::kRowMajorMK>(frags[0][ks], sQ, Cfg::kStride, 0, ks * arch::kAtomK, lane);
+  }
+
+  template <typename KView>
+  __device__ __forceinline__ void times_keys(float (&scores)[1][Cfg::kNT][arch::kAccRegs], const KView& sK,
+                                             int lane) const {
+    arch::warp_gemm_rs<1, Cfg::kNT, kSteps, arch::BLayout::kNK>(scores, frags, sK, 0, lane);
+  }
+};
+
+template <typename T, typename Cfg>
+struct QueryOperand<T, Cfg, false> {
+  const T* sQ;
+
+  __device__ __forceinline__ void load(const T* queries, int) { sQ = queries; }
+
+  template <typename KView>
+  __device__ __forceinline__ void times_keys(float (&scores)[1][Cfg::kNT][arch::kAccRegs], const KView& sK,
+                                             int lane) const {
+    arch::warp_gemm_ss<1, Cfg::kNT, Cfg::kHeadDim / arch::kAtomK, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
+        scores, sQ, Cfg::kStride, 0, sK, 0, lane);
+  }
+};
+
+// Whether O needs this step's rescale: whether any row of the warp raised a finite max (a row whose
+// max was -inf has O = 0, and a row whose max stayed put has factor exactly 1). Late in a long cache
+// a step rarely raises one, and the padding rows of a GQA tile never see a key: then the warp skips
+// the rescale (kHeadDim / 2 multiplies per lane on sm80, a sixth of a 16-key step's instructions at
+// hd 128).
+__device__ __forceinline__ bool output_needs_rescale(const float (&old_max)[arch::kAccRows],
+                                                     const OnlineSoftmax<1>& softmax) {
+  bool raised = false;
+#pragma unroll
+  for (int h = 0; h < arch::kAccRows; ++h) raised |= old_max[h] != -INFINITY && softmax.row_max[0][h] != old_max[h];
+  return arch::warp_any(raised);
+}
+
+// S = Q.K^T of one step, its logits, the online softmax and O += P.V. K and V come as the loader's
+// tile views (arch/tile_view.cuh).
+template <typename T, typename Cfg, typename KView, typename VView>
 __device__ __forceinline__ void attend_step(float (&acc)[1][Cfg::kDT][arch::kAccRegs], OnlineSoftmax<1>& softmax,
-                                            const T* sQ, const T* sK, const T* sV, const AttentionMask& mask,
-                                            const ScoreMod (&mods)[arch::kAccRows],
+                                            const QueryOperand<T, Cfg>& query, const KView& sK, const VView& sV,
+                                            const AttentionMask& mask, const ScoreMod (&mods)[arch::kAccRows],
                                             const int (&queries)[arch::kAccRows],
                                             const PackedQueryRows& q, int n0, float scale_log2, int lane) {
   float scores[1][Cfg::kNT][arch::kAccRegs];  // S: (kRows packed rows x kWarpKeys keys)
   arch::zero_accumulators(scores);
-  arch::warp_gemm_ss<1, Cfg::kNT, Cfg::kHeadDim / arch::kAtomK, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
-      scores, sQ, Cfg::kStride, 0, sK, Cfg::kStride, 0, lane);
+  query.times_keys(scores, sK, lane);
   const bool needs_mask = !mask.block_fully_visible(q.token_first, q.token_count, n0, Cfg::kWarpKeys);
   packed_scores_to_logits(scores, mask, mods, queries, needs_mask, n0, lane);
-  softmax.update(scores, acc, scale_log2);
+  float old_max[arch::kAccRows], rescale[1][arch::kAccRows];
+#pragma unroll
+  for (int h = 0; h < arch::kAccRows; ++h) old_max[h] = softmax.row_max[0][h];
+  softmax.update_probs(scores, scale_log2, rescale);
+  if (output_needs_rescale(old_max, softmax)) OnlineSoftmax<1>::rescale_output(acc, rescale);
   arch::AFragment<T> probs[1][Cfg::kWarpKeys / arch::kAtomK];  // P as A fragments of P.V, per k-step
   arch::accumulators_to_a_fragments<T>(probs, scores);
   // V stays [key][dim] as loaded. Where the arch has no transposing loads (CDNA) that costs four
   // 2-byte LDS reads per operand, as many as storing it transposed would cost in 2-byte writes:
   // each warp reads its own V step exactly once.
-  arch::warp_gemm_rs<1, Cfg::kDT, Cfg::kWarpKeys / arch::kAtomK, arch::BLayout::kKN>(acc, probs, sV, Cfg::kStride, 0,
-                                                                                   lane);
+  arch::warp_gemm_rs<1, Cfg::kDT, Cfg::kWarpKeys / arch::kAtomK, arch::BLayout::kKN>(acc, probs, sV, 0, lane);
 }
 
 // Shared-memory views of the merge at the end of the kernel (reusing the pipeline's buffers).
@@ -229,15 +287,15 @@ __device__ __forceinline__ void issue_first_steps(const Loader& loader,
                                                   int warp) {
   const int count = b.warp_step_count(warp);
   for (int i = 0; i < Cfg::kStages - 1 && i < count; ++i) {
-    wait_if_step_reaches_new_tokens<Cfg>(b.cache, b.warp_step_keys(warp, i, count));
-    loader.issue(i, b.warp_step_keys(warp, i, count));
+    wait_if_step_reaches_new_tokens<Cfg>(b.cache, b.warp_step_keys(warp, i));
+    loader.issue(i, b.warp_step_keys(warp, i));
     loader.commit();
   }
 }
 
 template <typename T, typename Cfg, typename Loader>
 __device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&acc)[1][Cfg::kDT][arch::kAccRegs],
-                                                 OnlineSoftmax<1>& softmax, const T* sQ,
+                                                 OnlineSoftmax<1>& softmax, const QueryOperand<T, Cfg>& query,
                                                  const SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>& b,
                                                  const ScoreMod (&mods)[arch::kAccRows],
                                                  const int (&queries)[arch::kAccRows], float scale_log2,
@@ -246,37 +304,37 @@ __device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&a
   for (int i = 0; i < count; ++i) {
     const int ahead = i + Cfg::kStages - 1;
     if (ahead < count) {
-      wait_if_step_reaches_new_tokens<Cfg>(b.cache, b.warp_step_keys(warp, ahead, count));
-      loader.issue(ahead, b.warp_step_keys(warp, ahead, count));
+      wait_if_step_reaches_new_tokens<Cfg>(b.cache, b.warp_step_keys(warp, ahead));
+      loader.issue(ahead, b.warp_step_keys(warp, ahead));
     }
     loader.commit();
-    loader.wait(i);  // step i has landed and is visible to the whole warp
-    T* sK = loader.slot(i);
-    attend_step<T, Cfg>(acc, softmax, sQ, sK, sK + Cfg::kWarpKeys * Cfg::kStride, b.mask, mods, queries, b.q,
-                        b.warp_step_keys(warp, i, count), scale_log2, lane);
+    const int n0 = b.warp_step_keys(warp, i);
+    loader.wait(i, n0);  // step i has landed and is visible to the whole warp
+    attend_step<T, Cfg>(acc, softmax, query, loader.k_tile(i), loader.v_tile(i), b.mask, mods, queries, b.q, n0,
+                        scale_log2, lane);
     arch::warp_sync();  // every lane is done reading slot i before it is refilled
   }
 }
 
-// kBulk: Hopper bulk copies (BulkKvLoader: splitkv_bulk_loader.cuh, which the NVIDIA launcher
-// includes), else cp.async (splitkv_loaders.cuh; the only loader on CDNA).
-template <typename T, typename Cfg, bool kPaged, bool kBulk>
-__global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvParams p) {
+// Loader: splitkv_loaders.cuh's interface; maps is its kernel parameter (NoTensorMaps but for the
+// TMA loader).
+// One CTA per SM: every NVIDIA tile fills the shared memory with its rings (launch_kvcache.cuh).
+template <typename T, typename Cfg, typename Loader>
+__global__ void FLASH_LAUNCH_BOUNDS_MIN_CTAS(Cfg::kThreads, 1)
+    splitkv_kernel(const SplitKvParams p, const FLASH_GRID_CONSTANT typename Loader::Maps maps) {
+  static_assert(Loader::kStageBytes <= Cfg::kStageElems * 2, "the loader's ring fits Cfg::kRingBytes");
   // Launched as dependent after the append kernel (launch_kvcache_kernels.cuh): its rows are read
   // only after wait_if_step_reaches_new_tokens. The combine kernel may start now and wait for this
   // grid.
   arch::allow_dependent_launch();
-  if constexpr (kBulk) {
-    if (!arch::has_bulk_copies()) return;  // launched only where the bulk copies exist (launch_kvcache.cuh)
-  }
+  if (!Loader::runs_here()) return;  // launched only where its copies exist (launch_kvcache.cuh)
   extern __shared__ __align__(16) unsigned char smem[];
   const FwdParams& f = p.fwd;
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
   const auto b = SplitKvBlock<Cfg::kRows, Cfg::kWarpKeys, Cfg::kWarps>::current(p);
-  T* sQ = reinterpret_cast<T*>(smem);  // (kRows, kStride)
-  T* ring = sQ + Cfg::kQElems + warp * Cfg::kStages * Cfg::kStageElems;  // this warp's kStages x (K, V)
-  uint64_t* barriers = reinterpret_cast<uint64_t*>(sQ + Cfg::kQElems + Cfg::kWarps * Cfg::kStages * Cfg::kStageElems) +
-                       warp * Cfg::kStages;
+  unsigned char* ring = smem + warp * Cfg::kStages * Loader::kStageBytes;  // this warp's kStages x (K, V)
+  T* sQ = reinterpret_cast<T*>(smem + Cfg::kRingBytes);                     // (kRows, kStride)
+  uint64_t* barriers = reinterpret_cast<uint64_t*>(smem + Cfg::kRingBytes + Cfg::kQElems * 2) + warp * Cfg::kStages;
 
   int queries[arch::kAccRows];
   ScoreMod mods[arch::kAccRows];
@@ -294,25 +352,18 @@ __global__ void __launch_bounds__(Cfg::kThreads) splitkv_kernel(const SplitKvPar
   arch::zero_accumulators(acc);
   OnlineSoftmax<1> softmax;
   softmax.init();
-  const KvStepSource<T, Cfg, kPaged> source{f, b.cache, b.q.head_k};
+  const KvStepSource<T, Cfg, Loader::kPaged> source{f, b.cache, b.q.head_k};
+  const Loader loader = Loader::make(source, maps, ring, barriers, lane);
+  loader.init();
   // The first K/V steps are issued while the queries are in flight; the cp.async loader's wait
   // below also waits for them (its groups cannot be told apart from the queries').
-  if constexpr (kBulk) {
-    const BulkKvLoader<T, Cfg, kPaged> loader{source, ring, barriers, lane};
-    loader.init();
-    issue_first_steps<Cfg>(loader, b, warp);
-    if (rotary) rotate_packed_queries<T, Cfg>(sQ, f, p.rotary, b.q, b.cache, b.batch, tid);  // under the loads
-    arch::cp_async_wait<0>();
-    __syncthreads();  // the queries are visible to every warp
-    attend_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
-  } else {
-    const CpAsyncKvLoader<T, Cfg, kPaged> loader{source, ring, lane};
-    issue_first_steps<Cfg>(loader, b, warp);
-    if (rotary) rotate_packed_queries<T, Cfg>(sQ, f, p.rotary, b.q, b.cache, b.batch, tid);
-    arch::cp_async_wait<0>();
-    __syncthreads();
-    attend_key_steps<T, Cfg>(loader, acc, softmax, sQ, b, mods, queries, f.logit_scale_log2, warp, lane);
-  }
+  issue_first_steps<Cfg>(loader, b, warp);
+  if (rotary) rotate_packed_queries<T, Cfg>(sQ, f, p.rotary, b.q, b.cache, b.batch, tid);  // under the loads
+  arch::cp_async_wait<0>();
+  __syncthreads();  // the queries are visible to every warp
+  QueryOperand<T, Cfg> query;
+  query.load(sQ, lane);
+  attend_key_steps<T, Cfg>(loader, acc, softmax, query, b, mods, queries, f.logit_scale_log2, warp, lane);
   arch::cp_async_wait<0>();
   // This grid then completes after the append kernel whatever steps it had, so whatever is ordered
   // after this grid (the combine kernel's wait, the next launch) is ordered after both.

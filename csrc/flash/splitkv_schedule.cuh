@@ -7,10 +7,9 @@
 // and causal skip whole steps. They are dealt round-robin: step j of the visible range goes to
 // split (j / kWarps) % num_splits, warp j % kWarps, so at any moment all CTAs of a (batch, KV head)
 // read neighbouring rows (whole DRAM pages, shared with the other KV heads' CTAs) and every split
-// has work whatever the cache lengths are. Each warp starts its walk at a round that depends on the
-// batch entry, tried against DRAM bank conflicts between equally long caches: on H100 it measured
-// no effect either way (benchmarks/NOTES.md v6); it stays because every later measurement ran with
-// it, and can go at the next measured change.
+// has work whatever the cache lengths are. (Until v20 each warp started its walk at a round that
+// depended on the batch entry, tried against DRAM bank conflicts between equally long caches; it
+// measured no effect on H100 (benchmarks/NOTES.md v6) and cost two integer divisions per step.)
 #pragma once
 
 #include "common.cuh"
@@ -49,10 +48,9 @@ struct SplitKvBlock {
     return steps > offset ? ceil_div(steps - offset, stride) : 0;
   }
 
-  // The first key of the warp's k-th step (k < count = warp_step_count(warp)).
-  __device__ __forceinline__ int warp_step_keys(int warp, int k, int count) const {
-    const int round = (k + batch * 37) % count;
-    return (first_step + (round * num_splits + split) * kWarps + warp) * kWarpKeys;
+  // The first key of the warp's k-th step (k < warp_step_count(warp)).
+  __device__ __forceinline__ int warp_step_keys(int warp, int k) const {
+    return (first_step + (k * num_splits + split) * kWarps + warp) * kWarpKeys;
   }
 
   __device__ __forceinline__ static SplitKvBlock current(const SplitKvParams& p) {

@@ -137,6 +137,13 @@
 #error "flash_attn: the CDNA arch layer needs a wave64 GFX9 target (gfx90a, gfx942)"
 #endif
 
+// sm80.cuh's FLASH_GRID_CONSTANT: no kernel here hands a parameter's address to the hardware.
+#define FLASH_GRID_CONSTANT
+
+// sm80.cuh's FLASH_LAUNCH_BOUNDS_MIN_CTAS: HIP reads __launch_bounds__' second argument as waves per
+// execution unit, and the CDNA tiles size their own occupancy, so only the thread count.
+#define FLASH_LAUNCH_BOUNDS_MIN_CTAS(threads, ctas) __launch_bounds__(threads)
+
 namespace flash {
 namespace arch {
 
@@ -261,6 +268,9 @@ __device__ __forceinline__ void warp_sync() {
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
 }
 
+// Whether `p` holds in any lane of the wavefront (every lane gets the answer).
+__device__ __forceinline__ bool warp_any(bool p) { return __any(p); }
+
 // 2^x, log2(x) and 1/x on the transcendental unit: exp2(-inf) = 0, log2(0) = -inf, 1/inf = 0.
 // clang >= 17 has the amdgcn builtins; before, llvm.exp2 / llvm.log2 lower to the bare
 // v_exp_f32 / v_log_f32 (checked in the ISA of hipcc 5.2).
@@ -341,7 +351,12 @@ __device__ __forceinline__ void release_store(int* counter, int value) {
 using Chunk16 = uint32_t __attribute__((ext_vector_type(4)));
 using Chunk8 = uint32_t __attribute__((ext_vector_type(2)));
 
-__device__ __forceinline__ Chunk16 load_global_16(const void* src) { return *static_cast<const Chunk16*>(src); }
+// Read in the global address space (a C cast, as load_global): from a generic pointer LLVM infers it
+// only where it can trace the pointer to a kernel argument, and clang 19 lost that trace for the
+// split-KV loader's cache rows (flat_load_dwordx4 on gfx942, which hip/check_isa.py rejects).
+__device__ __forceinline__ Chunk16 load_global_16(const void* src) {
+  return *(const __attribute__((address_space(1))) Chunk16*)src;
+}
 
 // As two 8-byte writes: MFMA-friendly tiles pad rows by 4 elements (8 bytes), so a row start is
 // 8-byte aligned only, and ds_write_b128 wants 16.

@@ -25,6 +25,7 @@
 
 #include "cdna_layout.h"
 #include "cdna_mfma.cuh"
+#include "tile_view.cuh"
 
 namespace flash {
 namespace arch {
@@ -130,6 +131,13 @@ __device__ __forceinline__ void warp_gemm_ss(float (&c)[MT][NT][kAccRegs], const
   }
 }
 
+// The same with B as a view (tile_view.cuh): CDNA tiles are padded row-major only.
+template <int MT, int NT, int KS, Layout kALayout, BLayout kBLayout, typename T>
+__device__ __forceinline__ void warp_gemm_ss(float (&c)[MT][NT][kAccRegs], const T* a_tile, int a_stride, int a_m0,
+                                             const PaddedTile<T>& b_tile, int b_n0, int lane) {
+  warp_gemm_ss<MT, NT, KS, kALayout, kBLayout>(c, a_tile, a_stride, a_m0, b_tile.ptr, b_tile.stride, b_n0, lane);
+}
+
 // The accumulators of C (kAtomM*MT x kAtomN*NT) as the register A operand of the next product,
 // whose k index is C's column (P = softmax(S) feeding P.V): k-step nt * kAccGroups + t is register
 // group t of atom (mt, nt), the same lane, converted to T.
@@ -161,6 +169,12 @@ __device__ __forceinline__ void warp_gemm_rs(float (&c)[MT][NT][kAccRegs], const
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) mfma_atom<T>(c[mt][nt], cols, a[mt][ks]);
     }
+}
+
+template <int MT, int NT, int KS, BLayout kBLayout, typename T>
+__device__ __forceinline__ void warp_gemm_rs(float (&c)[MT][NT][kAccRegs], const Operand<T> (&a)[MT][KS],
+                                             const PaddedTile<T>& b_tile, int b_n0, int lane) {
+  warp_gemm_rs<MT, NT, KS, kBLayout>(c, a, b_tile.ptr, b_tile.stride, b_n0, lane);
 }
 
 // Writes a warp's fp32 accumulators (kAtomM*MT x kAtomN*NT, at (m0, n0)) into a shared tile as T

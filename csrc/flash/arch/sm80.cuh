@@ -13,6 +13,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+// A kernel parameter whose address a kernel may take and hand to the hardware (a TMA tensor map):
+// it stays in parameter memory instead of being copied to the stack.
+#define FLASH_GRID_CONSTANT __grid_constant__
+
+// __launch_bounds__ with the CTAs per SM the kernel is sized for (a kernel that fills the shared
+// memory runs one): the compiler may then give a thread every register it can address.
+#define FLASH_LAUNCH_BOUNDS_MIN_CTAS(threads, ctas) __launch_bounds__(threads, ctas)
+
 namespace flash {
 namespace arch {
 
@@ -195,6 +203,9 @@ __device__ __forceinline__ float warp_max(float v) {
 // Waits until every lane of the warp reaches this point; their shared-memory writes (cp.async
 // copies this lane waited for included) are then visible to the whole warp.
 __device__ __forceinline__ void warp_sync() { __syncwarp(); }
+
+// Whether `p` holds in any lane of the warp (every lane gets the answer).
+__device__ __forceinline__ bool warp_any(bool p) { return __any_sync(0xffffffffu, p); }
 
 // 2^x on the special-function unit; exp2(-inf) = 0.
 __device__ __forceinline__ float exp2_approx(float x) {

@@ -6,9 +6,13 @@
 //   A "mk": tile[m][k] (e.g. Q for Q.K^T)      A "km": tile[k][m] (e.g. dS^T for dS.K)
 //   B "nk": tile[n][k] (e.g. K for Q.K^T)      B "kn": tile[k][n] (e.g. V for P.V)
 // The padded stride (row bytes = 16 * odd) keeps the 8 rows of each ldmatrix in distinct banks.
+// A B operand may also come as a view (tile_view.cuh): the (tile, stride) forms are PaddedTile.
 #pragma once
 
+#include <type_traits>
+
 #include "sm80.cuh"
+#include "tile_view.cuh"
 
 namespace flash {
 namespace arch {
@@ -47,25 +51,30 @@ __device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], const T* tile,
 }
 
 // B fragments of two adjacent 8-column atoms: columns n0..n0+7 -> b[0], n0+8..n0+15 -> b[1].
-template <BLayout kLayout, typename T>
-__device__ __forceinline__ void load_b_fragment_pair(uint32_t (&b)[2][2], const T* tile, int stride, int n0, int k0,
-                                                     int lane) {
+template <BLayout kLayout, typename View>
+__device__ __forceinline__ void load_b_fragment_pair(uint32_t (&b)[2][2], const View& tile, int n0, int k0, int lane) {
   uint32_t r[4];
   if constexpr (kLayout == BLayout::kNK) {
     // matrices: (n0-7, k0-7), (n0-7, k8-15), (n8-15, k0-7), (n8-15, k8-15)
     const int n = n0 + (lane % 8) + 8 * (lane / 16);
     const int k = k0 + 8 * ((lane / 8) % 2);
-    ldmatrix_x4(r, tile + n * stride + k);
+    ldmatrix_x4(r, tile.chunk(n, k));
   } else {
     // matrices: (k0-7, n0-7), (k8-15, n0-7), (k0-7, n8-15), (k8-15, n8-15), transposed
     const int k = k0 + (lane % 8) + 8 * ((lane / 8) % 2);
     const int n = n0 + 8 * (lane / 16);
-    ldmatrix_x4_trans(r, tile + k * stride + n);
+    ldmatrix_x4_trans(r, tile.chunk(k, n));
   }
   b[0][0] = r[0];
   b[0][1] = r[1];
   b[1][0] = r[2];
   b[1][1] = r[3];
+}
+
+template <BLayout kLayout, typename T>
+__device__ __forceinline__ void load_b_fragment_pair(uint32_t (&b)[2][2], const T* tile, int stride, int n0, int k0,
+                                                     int lane) {
+  load_b_fragment_pair<kLayout>(b, PaddedTile<T>{tile, stride}, n0, k0, lane);
 }
 
 template <int MT, int NT>
@@ -79,10 +88,11 @@ __device__ __forceinline__ void zero_accumulators(float (&c)[MT][NT][4]) {
 }
 
 // c (16*MT x 8*NT) += A[m0.., 0..16*KS) * B[0..16*KS, n0..), both operands in shared memory.
-template <int MT, int NT, int KS, Layout kALayout, BLayout kBLayout, typename T>
+template <int MT, int NT, int KS, Layout kALayout, BLayout kBLayout, typename T, typename BView>
 __device__ __forceinline__ void warp_gemm_ss(float (&c)[MT][NT][4], const T* a_tile, int a_stride, int a_m0,
-                                             const T* b_tile, int b_stride, int b_n0, int lane) {
+                                             const BView& b_tile, int b_n0, int lane) {
   static_assert(NT % 2 == 0, "B fragments are loaded two atoms at a time");
+  static_assert(std::is_same_v<T, typename BView::Element>, "A and B of one element type");
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) {
     uint32_t a[MT][4];
@@ -92,7 +102,7 @@ __device__ __forceinline__ void warp_gemm_ss(float (&c)[MT][NT][4], const T* a_t
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[2][2];
-      load_b_fragment_pair<kBLayout>(b, b_tile, b_stride, b_n0 + np * 2 * kAtomN, ks * kAtomK, lane);
+      load_b_fragment_pair<kBLayout>(b, b_tile, b_n0 + np * 2 * kAtomN, ks * kAtomK, lane);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         mma_16816<T>(c[mt][2 * np], a[mt], b[0]);
@@ -100,6 +110,13 @@ __device__ __forceinline__ void warp_gemm_ss(float (&c)[MT][NT][4], const T* a_t
       }
     }
   }
+}
+
+template <int MT, int NT, int KS, Layout kALayout, BLayout kBLayout, typename T>
+__device__ __forceinline__ void warp_gemm_ss(float (&c)[MT][NT][4], const T* a_tile, int a_stride, int a_m0,
+                                             const T* b_tile, int b_stride, int b_n0, int lane) {
+  warp_gemm_ss<MT, NT, KS, kALayout, kBLayout>(c, a_tile, a_stride, a_m0, PaddedTile<T>{b_tile, b_stride}, b_n0,
+                                               lane);
 }
 
 // Accumulators of a 16 x 16*KS product, re-packed as A fragments of the next product
@@ -119,22 +136,29 @@ __device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[MT][KS
 }
 
 // c (16*MT x 8*NT) += A (registers, 16*MT x 16*KS) * B[0..16*KS, n0..) from shared memory.
-template <int MT, int NT, int KS, BLayout kBLayout, typename T>
-__device__ __forceinline__ void warp_gemm_rs(float (&c)[MT][NT][4], const uint32_t (&a)[MT][KS][4], const T* b_tile,
-                                             int b_stride, int b_n0, int lane) {
+template <int MT, int NT, int KS, BLayout kBLayout, typename BView>
+__device__ __forceinline__ void warp_gemm_rs(float (&c)[MT][NT][4], const uint32_t (&a)[MT][KS][4],
+                                             const BView& b_tile, int b_n0, int lane) {
   static_assert(NT % 2 == 0, "B fragments are loaded two atoms at a time");
+  using T = typename BView::Element;
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[2][2];
-      load_b_fragment_pair<kBLayout>(b, b_tile, b_stride, b_n0 + np * 2 * kAtomN, ks * kAtomK, lane);
+      load_b_fragment_pair<kBLayout>(b, b_tile, b_n0 + np * 2 * kAtomN, ks * kAtomK, lane);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         mma_16816<T>(c[mt][2 * np], a[mt][ks], b[0]);
         mma_16816<T>(c[mt][2 * np + 1], a[mt][ks], b[1]);
       }
     }
+}
+
+template <int MT, int NT, int KS, BLayout kBLayout, typename T>
+__device__ __forceinline__ void warp_gemm_rs(float (&c)[MT][NT][4], const uint32_t (&a)[MT][KS][4], const T* b_tile,
+                                             int b_stride, int b_n0, int lane) {
+  warp_gemm_rs<MT, NT, KS, kBLayout>(c, a, PaddedTile<T>{b_tile, b_stride}, b_n0, lane);
 }
 
 }  // namespace arch

@@ -75,6 +75,19 @@ struct SwizzledTile {
   }
 };
 
+// A SwizzledTile<kRows, kCols> as an ldmatrix operand of the sm80 warp GEMMs (tile_view.cuh): the
+// Hopper decode reads its TMA-filled K and V slots so. The 8 rows one ldmatrix matrix reads share
+// a chunk index and differ in row % 8, so the XOR puts them in 8 different bank groups.
+template <typename T, int kRows>
+struct SwizzledTileView {
+  using Element = T;
+  const T* ptr;
+
+  __device__ __forceinline__ const T* chunk(int row, int col) const {
+    return ptr + (col / 64) * (kRows * 64) + row * 64 + ((((col % 64) / 8) ^ (row % 8)) * 8);
+  }
+};
+
 // Issues cp.async copies of rows [0, rows_valid) x cols [0, cols_valid) of a global tile (rows
 // row_stride elements apart) into a SwizzledTile; the rest is zero-filled. Caller commits and
 // waits. Consecutive threads take consecutive 16-byte chunks of a row, so every eight threads read

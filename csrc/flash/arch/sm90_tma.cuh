@@ -68,6 +68,16 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
 #endif
 }
 
+// One arrival on `bar` that stays pending until every cp.async this thread issued before it has
+// landed. Unlike cp_async_mbarrier_arrive it raises the barrier's pending count as it is issued, so
+// a phase whose mbarrier_init count does not include these threads still waits for their copies
+// (the decode's fallback steps: splitkv_tma_loader.cuh).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_pending(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
+#endif
+}
+
 // Named barrier `id` (1..15; 0 is __syncthreads') of `threads` threads, a multiple of 32: sync waits
 // for the count, arrive counts this warp without waiting.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
