@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "arch/arch.cuh"
+#include "common.cuh"
 #include "params.h"
 #include "splitkv_heuristic.h"
 #include "tile_io.cuh"
@@ -14,11 +15,12 @@
 namespace flash {
 
 constexpr int kCombineWarps = 4;
-constexpr int kCombineSplitsPerLane = 4;
-static_assert(kCombineSplitsPerLane * 32 >= kMaxSplits, "every split's lse has a lane");
+// Just enough lse registers per lane for kMaxSplits splits: 4 in a 32-lane warp, 2 in a wave64
+// (where 4 would hold and guard-test splits that cannot exist).
+constexpr int kCombineSplitsPerLane = ceil_div(kMaxSplits, arch::kWarpSize);
 
-// Each lane holds the lse of splits lane, lane + 32, ...; the weights exp(lse_s - lse) stay in
-// those registers and reach the other lanes by shuffles, so the loads of the splits' outputs do
+// Each lane holds the lse of splits lane, lane + kWarpSize, ...; the weights exp(lse_s - lse) stay
+// in those registers and reach the other lanes by shuffles, so the loads of the splits' outputs do
 // not wait on one another (the first version re-read lse_s per split and column: 6.4 µs for 32
 // rows, benchmarks/NOTES.md v6).
 template <typename T>

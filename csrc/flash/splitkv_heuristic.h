@@ -1,10 +1,11 @@
 // How many splits of the key range a kvcache call uses when the caller passes num_splits = 0
 // (host code, torch-free: the op sizes the partial-result buffers with it).
 //
-// FlashAttention's rule, adapted: split only when batch x KV heads x m blocks leaves more than a
-// fifth of the SMs idle; then choose the split count whose CTAs fill the last wave best, the fewest
-// among those within 5% of the best (each CTA holds one SM: splitkv_kernel.cuh uses ~210 KB of
-// shared memory), with at least kMinKeysPerSplit keys per split so each warp streams several steps.
+// FlashAttention's rule, adapted: split only when batch x KV heads x m blocks (splitkv_m_blocks)
+// leaves more than a fifth of the SMs idle; then choose the split count whose CTAs fill the last
+// wave best, the fewest among those within 5% of the best (each CTA holds one SM: splitkv_kernel.cuh
+// uses ~210 KB of shared memory), with at least kMinKeysPerSplit keys per split so each warp streams
+// several steps.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +16,22 @@ namespace flash {
 
 constexpr int kMaxSplits = 128;
 constexpr int kMinKeysPerSplit = 256;
+
+// Packed query rows per split-KV CTA: one MMA atom of rows (arch::kAtomM, SplitKvConfig::kRows),
+// 16 on NVIDIA and 32 on CDNA (the 32x32 MFMA). Host code cannot include the arch layer, so the
+// count is here too (splitkv_schedule.cuh asserts that the kernel's agrees); host and device code
+// of a ROCm build both see __HIP_PLATFORM_AMD__ (torch passes it to both compilers).
+#if defined(__HIP_PLATFORM_AMD__)
+constexpr int kSplitKvRows = 32;
+#else
+constexpr int kSplitKvRows = 16;
+#endif
+
+// The split-KV grid's m blocks per (batch, KV head), as the launcher computes them: the `group`
+// query heads of a KV head are packed with the tokens into seqlen_q x group rows.
+constexpr int64_t splitkv_m_blocks(int64_t seqlen_q, int64_t group) {
+  return (seqlen_q * group + kSplitKvRows - 1) / kSplitKvRows;
+}
 
 inline int choose_num_splits(int64_t ctas_per_split, int num_sms, int64_t seqlen_k) {
   if (ctas_per_split >= 0.8 * num_sms || num_sms <= 0) return 1;

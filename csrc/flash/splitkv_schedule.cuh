@@ -16,6 +16,7 @@
 #include "kvcache_view.cuh"
 #include "mask.cuh"
 #include "params.h"
+#include "splitkv_heuristic.h"
 
 namespace flash {
 
@@ -33,6 +34,8 @@ struct PackedQueryRows {
 
 template <int kRows, int kWarpKeys, int kWarps>
 struct SplitKvBlock {
+  static_assert(kRows == kSplitKvRows, "the op chooses num_splits for kSplitKvRows rows per CTA");
+
   int batch;
   int split;
   PackedQueryRows q;

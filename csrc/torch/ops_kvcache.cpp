@@ -249,7 +249,7 @@ std::tuple<at::Tensor, at::Tensor> mha_fwd_kvcache(
   p.fwd.lse_head_stride = seqlen_q;
   p.fwd.shape = append.shape;
   if (batch == 0) return {out, lse};
-  const int64_t m_blocks = (seqlen_q * (heads / heads_k) + 15) / 16;
+  const int64_t m_blocks = flash::splitkv_m_blocks(seqlen_q, heads / heads_k);
   const int num_sms = at::cuda::getDeviceProperties(q.get_device())->multiProcessorCount;
   p.num_splits = num_splits > 0 ? static_cast<int>(std::min<int64_t>(num_splits, flash::kMaxSplits))
                                 : flash::choose_num_splits(batch * heads_k * m_blocks, num_sms, p.cache.capacity);

@@ -106,8 +106,9 @@
 //   7. Tile configs. kWarpSize-derived sizes follow (64), but FwdConfig / BwdConfig / the splitkv
 //      config were tuned for 32-lane warps with 16-row atoms: a CDNA config per head dim (the probe:
 //      128 queries x 4 waves, 32 queries per wave, 64-key K/V tiles, Q in registers, 34 KB of LDS
-//      for hd 128), checked with checked_lds_bytes. combine_kernel.cuh's
-//      `kCombineSplitsPerLane * 32` static_assert is a warp size (it stays true with 64).
+//      for hd 128), checked with checked_lds_bytes. combine_kernel.cuh's lse registers per lane
+//      follow kWarpSize (2 per lane here), and the host chooses the split count for the 32 rows
+//      of a split-KV workgroup (splitkv_heuristic.h kSplitKvRows).
 //   8. Pipelining. cp.async stages (fwd K/V, bwd two query stages, splitkv ring) become synchronous
 //      copies here; a CDNA kernel issues the next tile's global loads into registers before the
 //      current MFMAs and writes them to LDS after them.
