@@ -52,9 +52,9 @@ _BWD_NAME = re.compile(r"_ZN5flash10bwd_kernelI(\w+?)NS_(9BwdConfig|22BwdConfigV
 # flash::bwd_preprocess_kernel<T, head dim> (8 waves) and flash::convert_dq_kernel<T, head dim> (4 waves)
 _BWD_HELPER_NAME = re.compile(r"_ZN5flash(21bwd_preprocess|17convert_dq)_kernelI(\w+?)Li(\d+)EEEvNS_9BwdParamsE$")
 _BWD_HELPER_WAVES = {"21bwd_preprocess": ("bwd_preprocess", 8), "17convert_dq": ("convert_dq", 4)}
-# flash::splitkv_kernel<T, flash::SplitKvConfig<head dim, keys per step, stages, waves>,
+# flash::splitkv_kernel<T, flash::SplitKvConfig<head dim, keys per step, stages, waves, workgroups per CU>,
 #                       flash::<Loader><T, Cfg, kPaged>>(SplitKvParams, Loader::Maps)
-_SPLITKV_NAME = re.compile(r"_ZN5flash14splitkv_kernelI(\w+?)NS_13SplitKvConfigILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEE"
+_SPLITKV_NAME = re.compile(r"_ZN5flash14splitkv_kernelI(\w+?)NS_13SplitKvConfigILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi\d+EEE"
                            r"NS_\d+(\w+?KvLoader)I\w+?Lb([01])EEEEEvNS_13SplitKvParamsENT1_4MapsE$")
 # flash::kvcache_append_kernel<T> (kAppendThreads = 128: 2 waves) and flash::splitkv_combine_kernel<T>
 # (kCombineWarps = 4 waves)

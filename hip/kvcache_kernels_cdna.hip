@@ -42,7 +42,7 @@ template hipError_t flash::run_fwd_kvcache_cdna<bfloat16_t, 256>(const flash::Kv
 // reads from the ISA.
 template <typename Cfg, int kHeadDim, int kWarpKeys, int kStages, int kWaves>
 constexpr int lds_bytes_of() {
-  static_assert(std::is_same_v<Cfg, flash::SplitKvConfig<kHeadDim, kWarpKeys, kStages, kWaves>>,
+  static_assert(std::is_same_v<Cfg, flash::SplitKvConfig<kHeadDim, kWarpKeys, kStages, kWaves, Cfg::kCtasPerSm>>,
                 "name the constant after the tile");
   return Cfg::kSmemBytes;
 }

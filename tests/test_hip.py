@@ -248,10 +248,10 @@ def test_isa_check_wants_no_mfma_in_the_backward_helpers():
     assert "no 8-byte LDS reads" in " ".join(check_isa.check_kernel(_BWD_FP16, "gfx90a", body[1:], resources))
 
 
-_SPLITKV = ("_ZN5flash14splitkv_kernelI6__halfNS_13SplitKvConfigILi128ELi32ELi1ELi3EEENS_15CpAsyncKvLoaderIS1_S3_"
-            "Lb0EEEEEvNS_13SplitKvParamsENT1_4MapsE")
-_SPLITKV_PAGED = ("_ZN5flash14splitkv_kernelI12hip_bfloat16NS_13SplitKvConfigILi64ELi32ELi1ELi3EEENS_15CpAsyncKvLoader"
-                  "IS1_S3_Lb1EEEEEvNS_13SplitKvParamsENT1_4MapsE")
+_SPLITKV = ("_ZN5flash14splitkv_kernelI6__halfNS_13SplitKvConfigILi128ELi32ELi1ELi3ELi1EEENS_15CpAsyncKvLoaderIS1_"
+            "S3_Lb0EEEEEvNS_13SplitKvParamsENT1_4MapsE")
+_SPLITKV_PAGED = ("_ZN5flash14splitkv_kernelI12hip_bfloat16NS_13SplitKvConfigILi64ELi32ELi1ELi3ELi2EEENS_15CpAsyncKvLo"
+                  "aderIS1_S3_Lb1EEEEEvNS_13SplitKvParamsENT1_4MapsE")
 # The kBulk-era name (before the loader became the template parameter): no longer ours.
 _SPLITKV_OLD_NAME = ("_ZN5flash14splitkv_kernelI6__halfNS_13SplitKvConfigILi128ELi32ELi1ELi3EEELb0ELb0EEEvNS_"
                      "13SplitKvParamsE")
@@ -266,8 +266,8 @@ _COMBINE = "_ZN5flash22splitkv_combine_kernelI12hip_bfloat16EEvNS_13SplitKvParam
     ("gfx942", _COMBINE, None, "splitkv_combine_bf16", 4),
 ])
 def test_isa_check_knows_the_decode_kernels(target, kernel, mnemonic, label, waves):
-    """splitkv_kernel<T, SplitKvConfig<hd, keys per step, stages, waves>, CpAsyncKvLoader<T, Cfg, paged>> on the
-    32x32x8 atom,
+    """splitkv_kernel<T, SplitKvConfig<hd, keys per step, stages, waves, workgroups per CU>,
+    CpAsyncKvLoader<T, Cfg, paged>> on the 32x32x8 atom,
     its dynamic LDS from the splitkv_lds_<hd>_<keys>_<stages>_<waves> constant; the append and combine
     kernels have no MFMA and no dynamic LDS."""
     spec = check_isa.kernel_spec(kernel)

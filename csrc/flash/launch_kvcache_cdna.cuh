@@ -17,7 +17,7 @@ namespace flash {
 // other waves on its SIMD, so the LDS goes to waves instead.
 constexpr int kSplitKvStagesCdna = 1;
 
-// SplitKvConfig<hd, keys per wave step, stages, waves> per head dim. 32 packed query rows per
+// SplitKvConfig<hd, keys per wave step, stages, waves, workgroups per CU> per head dim. 32 packed query rows per
 // workgroup (one 32x32 MFMA atom: arch::kAtomM) and steps of 32 keys, the least a wave's S^T atom
 // holds. LDS = Q (32 rows) + per wave K and V of one step, rows padded by 16 bytes, + 8 bytes per
 // wave (the bulk loader's barrier, unused here); the end-of-kernel merge of the waves' O rows
@@ -36,12 +36,12 @@ constexpr int kSplitKvStagesCdna = 1;
 // own loads: not written). None of this is measured (no AMD GPU).
 template <int kHeadDim>
 struct SplitKvTileCdna;
-template <> struct SplitKvTileCdna<32> { using type = SplitKvConfig<32, 32, kSplitKvStagesCdna, 4>; };
-template <> struct SplitKvTileCdna<64> { using type = SplitKvConfig<64, 32, kSplitKvStagesCdna, 3>; };
-template <> struct SplitKvTileCdna<96> { using type = SplitKvConfig<96, 32, kSplitKvStagesCdna, 4>; };
-template <> struct SplitKvTileCdna<128> { using type = SplitKvConfig<128, 32, kSplitKvStagesCdna, 3>; };
-template <> struct SplitKvTileCdna<192> { using type = SplitKvConfig<192, 32, kSplitKvStagesCdna, 2>; };
-template <> struct SplitKvTileCdna<256> { using type = SplitKvConfig<256, 32, kSplitKvStagesCdna, 1>; };
+template <> struct SplitKvTileCdna<32> { using type = SplitKvConfig<32, 32, kSplitKvStagesCdna, 4, 2>; };
+template <> struct SplitKvTileCdna<64> { using type = SplitKvConfig<64, 32, kSplitKvStagesCdna, 3, 2>; };
+template <> struct SplitKvTileCdna<96> { using type = SplitKvConfig<96, 32, kSplitKvStagesCdna, 4, 1>; };
+template <> struct SplitKvTileCdna<128> { using type = SplitKvConfig<128, 32, kSplitKvStagesCdna, 3, 1>; };
+template <> struct SplitKvTileCdna<192> { using type = SplitKvConfig<192, 32, kSplitKvStagesCdna, 2, 1>; };
+template <> struct SplitKvTileCdna<256> { using type = SplitKvConfig<256, 32, kSplitKvStagesCdna, 1, 1>; };
 
 // Paged or contiguous, with the cp.async loader.
 template <typename T, typename Cfg>
@@ -55,6 +55,9 @@ cudaError_t launch_splitkv_cdna(const SplitKvParams& params, cudaStream_t stream
 template <typename T, int kHeadDim>
 cudaError_t run_fwd_kvcache_cdna(const KvAppendParams& append, const SplitKvParams& params, cudaStream_t stream) {
   using Cfg = typename SplitKvTileCdna<kHeadDim>::type;
+  static_assert(Cfg::kCtasPerSm == splitkv_ctas_per_sm(kHeadDim), "the op's split heuristic sizes this tile");
+  static_assert(Cfg::kCtasPerSm * Cfg::kSmemBytes <= arch::kLdsBytesPerWorkgroup,
+                "the workgroups fit a CU's LDS (64 KiB on gfx90a and gfx942, as a workgroup's)");
   bool appended = false, attended = false;
   cudaError_t err = launch_kvcache_append<T>(append, stream, appended);
   if (err != cudaSuccess) return err;

@@ -2,10 +2,10 @@
 // (host code, torch-free: the op sizes the partial-result buffers with it).
 //
 // FlashAttention's rule, adapted: split only when batch x KV heads x m blocks (splitkv_m_blocks)
-// leaves more than a fifth of the SMs idle; then choose the split count whose CTAs fill the last
-// wave best, the fewest among those within 5% of the best (each CTA holds one SM: splitkv_kernel.cuh
-// uses ~210 KB of shared memory), with at least kMinKeysPerSplit keys per split so each warp streams
-// several steps.
+// leaves more than a fifth of the CTA slots idle (slots: SMs x splitkv_ctas_per_sm, the CTAs the
+// tile's shared memory lets an SM hold); then choose the split count whose CTAs fill the last wave
+// best, the fewest among those within 5% of the best, with at least kMinKeysPerSplit keys per split
+// so each warp streams several steps.
 #pragma once
 
 #include <algorithm>
@@ -33,12 +33,27 @@ constexpr int64_t splitkv_m_blocks(int64_t seqlen_q, int64_t group) {
   return (seqlen_q * group + kSplitKvRows - 1) / kSplitKvRows;
 }
 
-inline int choose_num_splits(int64_t ctas_per_split, int num_sms, int64_t seqlen_k) {
-  if (ctas_per_split >= 0.8 * num_sms || num_sms <= 0) return 1;
+// CTAs per SM (workgroups per CU) of the split-KV tile of kernel head dim `headdim` (32, 64, 96, 128,
+// 192 or 256). The launchers assert that their tiles agree (launch_kvcache.cuh,
+// launch_kvcache_cdna.cuh).
+//   NVIDIA: up to hd 128 a CTA of 4 warps and ~110 KB of rings, two per SM, so that one wave holds
+//     twice the CTAs (benchmarks/NOTES.md v20); hd 192 / 256: one CTA of ~200 KB.
+//   CDNA: the workgroups per CU of 64 KiB of LDS: 2 at hd 32 and 64, 1 above.
+constexpr int splitkv_ctas_per_sm(int64_t headdim) {
+#if defined(__HIP_PLATFORM_AMD__)
+  return headdim <= 64 ? 2 : 1;
+#else
+  return headdim <= 128 ? 2 : 1;
+#endif
+}
+
+// slots: the CTAs the device runs at once (SMs x splitkv_ctas_per_sm).
+inline int choose_num_splits(int64_t ctas_per_split, int slots, int64_t seqlen_k) {
+  if (ctas_per_split >= 0.8 * slots || slots <= 0) return 1;
   const int64_t by_keys = std::max<int64_t>(1, seqlen_k / kMinKeysPerSplit);
-  const int max_splits = static_cast<int>(std::min<int64_t>({kMaxSplits, num_sms, by_keys}));
+  const int max_splits = static_cast<int>(std::min<int64_t>({kMaxSplits, slots, by_keys}));
   auto efficiency = [&](int splits) {
-    const double waves = static_cast<double>(ctas_per_split * splits) / num_sms;
+    const double waves = static_cast<double>(ctas_per_split * splits) / slots;
     return waves / std::ceil(waves);
   };
   double best = 0;

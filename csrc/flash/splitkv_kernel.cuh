@@ -27,12 +27,13 @@
 
 namespace flash {
 
-template <int kHeadDim_, int kWarpKeys_, int kStages_, int kWarps_>
+template <int kHeadDim_, int kWarpKeys_, int kStages_, int kWarps_, int kCtasPerSm_>
 struct SplitKvConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpKeys = kWarpKeys_;  // keys per warp step
   static constexpr int kStages = kStages_;      // K/V steps in each warp's ring
   static constexpr int kWarps = kWarps_;
+  static constexpr int kCtasPerSm = kCtasPerSm_;  // CTAs (workgroups) its shared memory lets an SM (CU) hold
   static constexpr int kThreads = kWarps * arch::kWarpSize;
   static constexpr int kRows = arch::kAtomM;  // packed query rows per CTA: 16 on sm80, 32 on CDNA
   static constexpr int kNT = kWarpKeys / arch::kAtomN;
@@ -318,9 +319,8 @@ __device__ __forceinline__ void attend_key_steps(const Loader& loader, float (&a
 
 // Loader: splitkv_loaders.cuh's interface; maps is its kernel parameter (NoTensorMaps but for the
 // TMA loader).
-// One CTA per SM: every NVIDIA tile fills the shared memory with its rings (launch_kvcache.cuh).
 template <typename T, typename Cfg, typename Loader>
-__global__ void FLASH_LAUNCH_BOUNDS_MIN_CTAS(Cfg::kThreads, 1)
+__global__ void FLASH_LAUNCH_BOUNDS_MIN_CTAS(Cfg::kThreads, Cfg::kCtasPerSm)
     splitkv_kernel(const SplitKvParams p, const FLASH_GRID_CONSTANT typename Loader::Maps maps) {
   static_assert(Loader::kStageBytes <= Cfg::kStageElems * 2, "the loader's ring fits Cfg::kRingBytes");
   // Launched as dependent after the append kernel (launch_kvcache_kernels.cuh): its rows are read

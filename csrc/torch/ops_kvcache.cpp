@@ -252,7 +252,9 @@ std::tuple<at::Tensor, at::Tensor> mha_fwd_kvcache(
   const int64_t m_blocks = flash::splitkv_m_blocks(seqlen_q, heads / heads_k);
   const int num_sms = at::cuda::getDeviceProperties(q.get_device())->multiProcessorCount;
   p.num_splits = num_splits > 0 ? static_cast<int>(std::min<int64_t>(num_splits, flash::kMaxSplits))
-                                : flash::choose_num_splits(batch * heads_k * m_blocks, num_sms, p.cache.capacity);
+                                : flash::choose_num_splits(batch * heads_k * m_blocks,
+                                                           num_sms * flash::splitkv_ctas_per_sm(kernel_hd),
+                                                           p.cache.capacity);
   at::Tensor out_accum, lse_accum;
   if (p.num_splits > 1) {
     out_accum = at::empty({p.num_splits, batch, heads, seqlen_q, headdim}, q.options().dtype(at::kFloat));
