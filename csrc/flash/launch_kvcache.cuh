@@ -19,17 +19,17 @@ namespace flash {
 // is a chain of dependent ldmatrix / mma.sync / softmax instructions that one warp per SM
 // sub-partition cannot hide: measured on H100 (benchmarks/NOTES.md v6), 4 warps of 32-key steps (hd
 // 128) read ~20 GB/s per SM, whatever the loader, and 8 warps of 16-key steps raised (1, 128k) from
-// 2180 to 2500 GB/s; so head dims up to 128 run 8 warps per SM of half the keys (timed at hd 128
-// only), two per sub-partition, in ~210 KB of rings (3 stages: 2 steps in flight while one is
-// read). Those 8 warps are two CTAs of 4 (v20): an SM then holds two (batch, KV head) ranges, so
-// one wave holds twice the CTAs (cuDNN's decode runs so) and a CTA's start and merge overlap the
-// other's loads. hd 192 / 256 keep one CTA of 4 warps: 8 rings of even 16-key steps would not fit.
+// 2180 to 2500 GB/s; so head dims up to 128 run 8 warps of half the keys (timed at hd 128 only),
+// two per sub-partition, in ~210 KB of rings (3 stages: 2 steps in flight while one is read), one
+// CTA per SM. Two CTAs of 4 warps per SM (v20: one wave holds twice the CTAs, as cuDNN's decode
+// runs) measured the same at (32, 4k) and (1, 128k) and 3% slower at (1, 8k) on an H200, kernel
+// time. hd 192 / 256 keep 4 warps: 8 rings of even 16-key steps would not fit.
 template <int kHeadDim>
 struct SplitKvTile;
-template <> struct SplitKvTile<32> { using type = SplitKvConfig<32, 32, 3, 4, 2>; };
-template <> struct SplitKvTile<64> { using type = SplitKvConfig<64, 32, 3, 4, 2>; };
-template <> struct SplitKvTile<96> { using type = SplitKvConfig<96, 16, 3, 4, 2>; };
-template <> struct SplitKvTile<128> { using type = SplitKvConfig<128, 16, 3, 4, 2>; };
+template <> struct SplitKvTile<32> { using type = SplitKvConfig<32, 32, 3, 8, 1>; };
+template <> struct SplitKvTile<64> { using type = SplitKvConfig<64, 32, 3, 8, 1>; };
+template <> struct SplitKvTile<96> { using type = SplitKvConfig<96, 16, 3, 8, 1>; };
+template <> struct SplitKvTile<128> { using type = SplitKvConfig<128, 16, 3, 8, 1>; };
 template <> struct SplitKvTile<192> { using type = SplitKvConfig<192, 16, 3, 4, 1>; };
 template <> struct SplitKvTile<256> { using type = SplitKvConfig<256, 16, 3, 4, 1>; };
 

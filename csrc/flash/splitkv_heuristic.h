@@ -36,14 +36,14 @@ constexpr int64_t splitkv_m_blocks(int64_t seqlen_q, int64_t group) {
 // CTAs per SM (workgroups per CU) of the split-KV tile of kernel head dim `headdim` (32, 64, 96, 128,
 // 192 or 256). The launchers assert that their tiles agree (launch_kvcache.cuh,
 // launch_kvcache_cdna.cuh).
-//   NVIDIA: up to hd 128 a CTA of 4 warps and ~110 KB of rings, two per SM, so that one wave holds
-//     twice the CTAs (benchmarks/NOTES.md v20); hd 192 / 256: one CTA of ~200 KB.
+//   NVIDIA: one CTA of ~210 KB of rings at every head dim.
 //   CDNA: the workgroups per CU of 64 KiB of LDS: 2 at hd 32 and 64, 1 above.
 constexpr int splitkv_ctas_per_sm(int64_t headdim) {
 #if defined(__HIP_PLATFORM_AMD__)
   return headdim <= 64 ? 2 : 1;
 #else
-  return headdim <= 128 ? 2 : 1;
+  static_cast<void>(headdim);
+  return 1;
 #endif
 }
 
