@@ -88,6 +88,16 @@ def test_kvcache_headdims(headdim):
     check_kvcache(KvCase(headdim=headdim, num_splits=5, capacity=1500), "cuda")
 
 
+@pytest.mark.parametrize("headdim", [32, 64])
+def test_kvcache_combine_of_many_splits(headdim):
+    """Splits past the 8th (hd 32) or the 16th (hd 64) hold keys: the combine kernel's lanes without a
+    column of the head dim still take part in its shuffles of the split weights (they once skipped
+    them, and the weights the other lanes read from them were garbage)."""
+    require_kernel(torch.bfloat16, headdim)
+    check_kvcache(KvCase(headdim=headdim, nheads=6, nheads_k=1, capacity=8192, seqlen_new=0, full_cache=True,
+                         num_splits=40), "cuda")
+
+
 def test_kvcache_split_counts_agree():
     """Every split count gives the same result up to fp32 rounding of the combine."""
     require_kernel(torch.bfloat16, 128)

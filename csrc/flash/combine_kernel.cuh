@@ -55,7 +55,12 @@ __global__ void __launch_bounds__(kCombineWarps * arch::kWarpSize) splitkv_combi
   const int64_t batch_head = row / f.shape.seqlen_q;
   const int head = static_cast<int>(batch_head % f.shape.heads), batch = static_cast<int>(batch_head / f.shape.heads);
   T* out = static_cast<T*>(f.out.ptr) + batch * f.out.batch_stride + token * f.out.row_stride + head * f.out.head_stride;
-  for (int col = lane * 4; col < f.shape.headdim; col += arch::kWarpSize * 4) {
+  // Every lane runs every pass, past the head dim too (hd 64 leaves half the lanes without a
+  // column): the shuffles read other lanes' weights and need the whole warp (lanes that skipped
+  // them once returned garbage weights, benchmarks/NOTES.md v20).
+  for (int col0 = 0; col0 < f.shape.headdim; col0 += arch::kWarpSize * 4) {
+    const int col = col0 + lane * 4;
+    const bool has_column = col < f.shape.headdim;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int c = 0; c < kCombineSplitsPerLane; ++c) {
@@ -63,6 +68,7 @@ __global__ void __launch_bounds__(kCombineWarps * arch::kWarpSize) splitkv_combi
 #pragma unroll 8
       for (int l = 0; l < splits; ++l) {
         const float w = arch::shuffle(weight[c], l) * inv_total;
+        if (!has_column) continue;
         const int s = c * arch::kWarpSize + l;
         const float4 x = *reinterpret_cast<const float4*>(p.out_accum + (s * rows + row) * p.headdim_accum + col);
         o.x += w * x.x;
@@ -71,7 +77,7 @@ __global__ void __launch_bounds__(kCombineWarps * arch::kWarpSize) splitkv_combi
         o.w += w * x.w;
       }
     }
-    store_float4_as(out + col, o);
+    if (has_column) store_float4_as(out + col, o);
   }
 }
 

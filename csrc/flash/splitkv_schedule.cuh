@@ -4,15 +4,12 @@
 // GQA packing: the `group` query heads that share KV head hk are stacked into one tile of rows, so
 // K/V are read once per KV head: packed row r is token r / group of query head hk * group + r % group.
 // Key steps (kWarpKeys keys each) cover the keys the block's tokens can see (mask.cuh), so windows
-// and causal skip whole steps. Split s takes the s-th of num_splits equal runs of the visible steps
-// (sizes differ by one at most), and its warps take them round-robin: step j of the run goes to warp
-// j % kWarps. So a CTA's warps read neighbouring rows, the CTAs of the other KV heads with the same
-// split read the same rows at about the same time (whole DRAM pages), and the splits of one sequence
-// read far-apart parts of it. (Until v20 the splits took the steps round-robin too, so that all
-// CTAs of a sequence read one window of it at a time: at (1, 128k) the contiguous cache ran 15%
-// slower than a paged one whose pages lie in random order (H100, benchmarks/NOTES.md v20). And each
-// warp started its walk at a round that depended on the batch entry, tried against DRAM bank
-// conflicts between equally long caches: no effect on H100 (v6), two integer divisions per step.)
+// and causal skip whole steps. They are dealt round-robin: step j of the visible range goes to
+// split (j / kWarps) % num_splits, warp j % kWarps, so at any moment all CTAs of a (batch, KV head)
+// read neighbouring rows (whole DRAM pages, shared with the other KV heads' CTAs) and every split
+// has work whatever the cache lengths are. (Until v20 each warp started its walk at a round that
+// depended on the batch entry, tried against DRAM bank conflicts between equally long caches; it
+// measured no effect on H100 (benchmarks/NOTES.md v6) and cost two integer divisions per step.)
 #pragma once
 
 #include "common.cuh"
@@ -47,18 +44,16 @@ struct SplitKvBlock {
   int num_splits;
   int first_step;      // visible key steps [first_step, first_step + steps); step n holds keys
   int steps;           //   [n * kWarpKeys, (n + 1) * kWarpKeys) of the attended range
-  int split_begin;     // this split's run: visible steps [split_begin, split_end)
-  int split_end;
 
   // How many steps warp `warp` of this split walks.
   __device__ __forceinline__ int warp_step_count(int warp) const {
-    const int run = split_end - split_begin;
-    return run > warp ? ceil_div(run - warp, kWarps) : 0;
+    const int offset = split * kWarps + warp, stride = num_splits * kWarps;
+    return steps > offset ? ceil_div(steps - offset, stride) : 0;
   }
 
   // The first key of the warp's k-th step (k < warp_step_count(warp)).
   __device__ __forceinline__ int warp_step_keys(int warp, int k) const {
-    return (first_step + split_begin + k * kWarps + warp) * kWarpKeys;
+    return (first_step + (k * num_splits + split) * kWarps + warp) * kWarpKeys;
   }
 
   __device__ __forceinline__ static SplitKvBlock current(const SplitKvParams& p) {
@@ -79,8 +74,6 @@ struct SplitKvBlock {
     b.num_splits = p.num_splits;
     b.first_step = key_begin / kWarpKeys;
     b.steps = key_end > key_begin ? ceil_div(key_end, kWarpKeys) - b.first_step : 0;
-    b.split_begin = static_cast<int>(static_cast<int64_t>(b.split) * b.steps / p.num_splits);
-    b.split_end = static_cast<int>(static_cast<int64_t>(b.split + 1) * b.steps / p.num_splits);
     return b;
   }
 };
