@@ -46,7 +46,7 @@ struct KvCacheView {
       return;
     }
     const int page_index = page_shift >= 0 ? pos >> page_shift : pos / page_size;
-    row = page_shift >= 0 ? pos & (page_size - 1) : pos - page_index * page_size;
+    row = page_row(pos);
     slab = clamp(arch::load_global(pages + min(page_index, max_pages - 1)), 0, entries - 1);
   }
 

@@ -1,6 +1,6 @@
 // kvcache launch on NVIDIA: the split-KV tile per head dim and its variant (its loader: Hopper TMA
-// boxes or row copies, or cp.async; paged or contiguous); the append, split-KV and combine launches themselves are
-// launch_kvcache_kernels.cuh's.
+// boxes or row copies, or cp.async; paged or contiguous); the append, split-KV and combine launches
+// themselves are launch_kvcache_kernels.cuh's.
 #pragma once
 
 #include <type_traits>
