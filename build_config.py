@@ -47,7 +47,7 @@ FEATURE_FLAGS = ("DROPOUT", "SOFTCAP", "ALIBI", "LOCAL", "VARLEN")
 SHARED_KERNEL_SOURCES = ("csrc/flash/dropout_mask.cu",)
 # The torch-facing C++: the ops' CUDA implementations (training, kvcache) and the CUDA autograd of
 # flash_attn::fwd.
-TORCH_SOURCES = ("csrc/torch/ops.cpp", "csrc/torch/ops_kvcache.cpp", "csrc/torch/autograd.cpp")
+TORCH_SOURCES = ("csrc/torch/ops.cpp", "csrc/torch/ops_kvcache.cpp", "csrc/torch/ops_fp8.cpp", "csrc/torch/autograd.cpp")
 _ARCH_SUFFIX = {"90": "a"}  # arch-specific features (wgmma) need sm_90a
 # A gfx target, optionally with target features: gfx90a, gfx942:sramecc+:xnack-
 _ROCM_ARCH_PATTERN = re.compile(r"gfx[0-9a-z]+(:[a-z]+[+-])*")
@@ -228,7 +228,7 @@ def _sources(root, target):
     hdims = generate_instantiations.parse_selection(_env("FLASH_ATTN_HDIMS"), generate_instantiations.ALL_HEADDIMS,
                                                     "FLASH_ATTN_HDIMS", int)
     kernel_sources = generate_instantiations.generate(os.path.join(root, "csrc", "instantiations"), dtypes, hdims,
-                                                      target)
+                                                      target, fp8=target == "cuda" and "90" in cuda_archs())
     return [os.path.relpath(p, root) for p in kernel_sources] + list(SHARED_KERNEL_SOURCES) + list(TORCH_SOURCES)
 
 
@@ -250,9 +250,13 @@ def cuda_device_flags(defines):
     return ["-O3", "--expt-relaxed-constexpr", *gencode_flags(), *defines, *_debug_flags("-lineinfo", "-Xptxas=-v")]
 
 
+def cuda_archs():
+    return generate_instantiations.parse_selection(_env("FLASH_ATTN_CUDA_ARCHS", "80;90"), ALL_CUDA_ARCHS,
+                                                   "FLASH_ATTN_CUDA_ARCHS")
+
+
 def gencode_flags():
-    archs = generate_instantiations.parse_selection(_env("FLASH_ATTN_CUDA_ARCHS", "80;90"), ALL_CUDA_ARCHS,
-                                                    "FLASH_ATTN_CUDA_ARCHS")
+    archs = cuda_archs()
     # sm_90 code is built as sm_90a, the Hopper-only target that has wgmma (the sm90 backward);
     # the PTX kept for newer GPUs is plain compute_XX, so there those kernels are the sm80 ones.
     flags = [f"-gencode=arch=compute_{arch}{_ARCH_SUFFIX.get(arch, '')},code=sm_{arch}{_ARCH_SUFFIX.get(arch, '')}"

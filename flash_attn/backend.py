@@ -1,7 +1,11 @@
 """Which implementation serves a call: the Triton backend (flash_attn/triton) where
 flash_attn/triton/ops.py chooses it (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, or float32 CUDA
 tensors), else the op that dispatches to the CUDA kernels or, for CPU tensors, the reference.
-float8_e4m3fn inputs have one implementation, the Triton backend's fp8 forward."""
+float8_e4m3fn inputs run the CUDA fp8 forward (flash_attn::fwd_fp8) where it serves the call (a
+Hopper GPU, dense, no softcap or ALiBi, a built head dim) and the switch is off, else the Triton
+backend's fp8 forward."""
+
+import functools
 
 import os
 
@@ -27,9 +31,29 @@ def op_for(q, name):
     return getattr(torch.ops.flash_attn, name).default
 
 
-def fp8_forward_op(q):
-    """torch.ops.flash_attn.triton_fwd_fp8.default, or an error saying why it cannot serve q: the CUDA
-    kernels take float16 / bfloat16 only, and the CPU path has no fp8 either."""
+@torch.compiler.assume_constant_result  # a fact of the build and the GPU: torch.compile traces the choice
+@functools.lru_cache(maxsize=None)
+def _cuda_fp8_headdims(device_index):
+    return ops.fp8_forward_headdims(device_index)
+
+
+def _cuda_fp8_serves(q, varlen, softcap, alibi_slopes):
+    """Whether flash_attn::fwd_fp8 takes this call: a CUDA tensor on a GPU its kernel runs on, a head
+    dim (a multiple of 16) up to a built one, dense, no softcap or ALiBi, and not the Triton switch."""
+    if not q.is_cuda or varlen or softcap > 0 or alibi_slopes is not None:
+        return False
+    if os.environ.get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE":
+        return False
+    headdims = _cuda_fp8_headdims(q.device.index if q.device.index is not None else torch.cuda.current_device())
+    return q.shape[-1] % 16 == 0 and any(q.shape[-1] <= d for d in headdims)
+
+
+def fp8_forward_op(q, varlen=False, softcap=0.0, alibi_slopes=None):
+    """torch.ops.flash_attn.fwd_fp8.default where it serves the call, else
+    torch.ops.flash_attn.triton_fwd_fp8.default, or an error saying why neither can serve q (the
+    16-bit CUDA kernels and the CPU path have no fp8)."""
+    if _cuda_fp8_serves(q, varlen, softcap, alibi_slopes):
+        return torch.ops.flash_attn.fwd_fp8.default
     if triton_ops is None:
         raise TypeError("flash_attn: float8_e4m3fn inputs run the Triton backend, and triton is not installed")
     if not triton_ops.runs_on(q):

@@ -6,8 +6,9 @@ with cu_seqlens; float16, bfloat16 or float32.
 CUDA tensors run our kernels (sm80 or newer), float32 ones the Triton backend (flash_attn/triton;
 FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE sends every call there; backend.py chooses); CPU tensors run the exact chunked
 fp32 reference, which is correct but slow. float8_e4m3fn inputs (FlashAttention 3's FP8 API: keyword
-arguments q_descale, k_descale, v_descale of flash_attn_func and flash_attn_varlen_func) run the
-Triton backend's forward, with a bfloat16 output; there is no fp8 backward.
+arguments q_descale, k_descale, v_descale of flash_attn_func and flash_attn_varlen_func) run the CUDA
+fp8 forward on Hopper or the Triton backend's (backend.py chooses), with a bfloat16 output; there is
+no fp8 backward.
 """
 
 from . import backend, paged_prefill, validation, validation_fp8
@@ -39,7 +40,7 @@ def _attention(q, k, v, varlen, dropout_p, softmax_scale, causal, window_size, s
     window_left, window_right = normalize_window(window_size, causal, seqlen_k)
     if validation_fp8.is_fp8(q):
         validation_fp8.check_fp8_call(q, dropout_p)
-        out, softmax_lse = backend.fp8_forward_op(q)(
+        out, softmax_lse = backend.fp8_forward_op(q, varlen is not None, softcap, alibi_slopes)(
             q, k, v, *descales, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(softmax_scale),
             window_left, window_right, float(softcap), alibi_slopes)
         return (out, softmax_lse, None) if return_attn_probs else out

@@ -10,6 +10,11 @@
     flash_attn::fwd_kvcache(q, k_cache!, v_cache!, k?, v?, rotary_cos?, rotary_sin?, cache_seqlens,
                             cache_batch_idx?, cache_leftpad?, block_table?, softmax_scale, window_left,
                             window_right, softcap, rotary_interleaved, alibi_slopes?, num_splits) -> (out, lse)
+    flash_attn::fwd_fp8(q, k, v, q_descale?, k_descale?, v_descale?, cu_seqlens_q?, cu_seqlens_k?,
+                        max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right, softcap,
+                        alibi_slopes?) -> (out, lse)
+        the fp8 forward on Hopper (csrc/torch/ops_fp8.cpp): dense batches, no softcap or ALiBi (the
+        Triton backend's flash_attn::triton_fwd_fp8, same schema, serves those); no backward
 
 The schemas are defined here, once, whether or not the CUDA extension was built. The CUDA kernels
 are registered by the extension (`flash_attn._C`, csrc/torch/ops.cpp) for the CUDA dispatch key;
@@ -65,6 +70,15 @@ FWD_KVCACHE_SCHEMA = (
 )
 torch.library.define("flash_attn::fwd_kvcache", FWD_KVCACHE_SCHEMA)
 
+# The fp8 forward's (FlashAttention 3's FP8 API), shared with the Triton backend's
+# flash_attn::triton_fwd_fp8: float8_e4m3fn q, k, v, float32 (batch, nheads_k) descales; out bfloat16.
+FWD_FP8_SCHEMA = (
+    "(Tensor q, Tensor k, Tensor v, Tensor? q_descale, Tensor? k_descale, Tensor? v_descale, Tensor? cu_seqlens_q, "
+    "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, int window_left, "
+    "int window_right, float softcap, Tensor? alibi_slopes) -> (Tensor, Tensor)"
+)
+torch.library.define("flash_attn::fwd_fp8", FWD_FP8_SCHEMA)
+
 try:  # registers the CUDA implementations of the ops above
     from . import _C as _cuda_extension
 except ImportError as exc:  # built without CUDA (CPU machine) or not built at all
@@ -99,6 +113,14 @@ def compiled_configs():
 def compiled_features():
     """{feature: compiled} of the CUDA build (FLASH_ATTN_DISABLE_* flags); empty without it."""
     return {} if _cuda_extension is None else dict(_cuda_extension.compiled_features())
+
+
+def fp8_forward_headdims(device_index):
+    """Head dims of the CUDA fp8 forward (flash_attn::fwd_fp8) whose kernel runs on that CUDA device
+    (an sm_90a GPU with a build for it); empty without the extension."""
+    if _cuda_extension is None:
+        return ()
+    return tuple(_cuda_extension.fp8_forward_headdims(device_index))
 
 
 def set_poison_outputs(enabled):
@@ -189,6 +211,27 @@ def bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
         torch.empty(k.shape, dtype=k.dtype, device=k.device),
         torch.empty(v.shape, dtype=v.dtype, device=v.device),
     )
+
+
+FP8_OUT_DTYPE = torch.bfloat16  # FlashAttention 3's output dtype for fp8 inputs
+
+
+@torch.library.register_fake("flash_attn::fwd_fp8")
+def fwd_fp8_fake(q, k, v, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                 softmax_scale, window_left, window_right, softcap, alibi_slopes):
+    out = torch.empty(q.shape, dtype=FP8_OUT_DTYPE, device=q.device)
+    return out, torch.empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32, device=q.device)
+
+
+FP8_BACKWARD_ERROR = ("flash_attn: the float8_e4m3fn forward has no backward (FlashAttention 3 has no fp8 backward "
+                      "either); train with float16 or bfloat16 inputs")
+
+
+def fp8_backward(ctx, *grads):
+    raise NotImplementedError(FP8_BACKWARD_ERROR)
+
+
+torch.library.register_autograd("flash_attn::fwd_fp8", fp8_backward, setup_context=lambda ctx, inputs, output: None)
 
 
 @torch.library.register_fake("flash_attn::dropout_keep_mask")

@@ -1,6 +1,7 @@
 """Argument checks of the fp8 forward (FlashAttention 3's FP8 API): float8_e4m3fn q, k, v with
 optional q_descale, k_descale, v_descale, each float32 (batch, nheads_k) (None: 1.0, as in
-FlashAttention 3). It runs on the Triton backend only (flash_attn/triton/fp8.py), forward only."""
+FlashAttention 3). Forward only: the CUDA fp8 forward on Hopper or the Triton backend's
+(flash_attn/backend.py chooses)."""
 
 import torch
 

@@ -172,7 +172,8 @@ def run_setup_py(monkeypatch):
 
 
 # CUDAExtension's arguments as the setup.py before the ROCm target computed them (its _cuda_extension()
-# run with a mocked CUDA torch, commit c93103d): the CUDA build must not change.
+# run with a mocked CUDA torch, commit c93103d): the CUDA build must not change. Since then the builds
+# that include sm_90a gained the fp8 forward's sources (fwd_fp8_hd128 / 256, ops_fp8.cpp).
 _ALL_KERNEL_SOURCES = """
 fwd_fp16_hd32 bwd_fp16_hd32 fwd_kvcache_fp16_hd32 fwd_fp16_hd64 bwd_fp16_hd64 fwd_kvcache_fp16_hd64
 fwd_fp16_hd96 bwd_fp16_hd96 fwd_kvcache_fp16_hd96 fwd_fp16_hd128 bwd_fp16_hd128 fwd_kvcache_fp16_hd128
@@ -181,21 +182,22 @@ fwd_bf16_hd32 bwd_bf16_hd32 fwd_kvcache_bf16_hd32 fwd_bf16_hd64 bwd_bf16_hd64 fw
 fwd_bf16_hd96 bwd_bf16_hd96 fwd_kvcache_bf16_hd96 fwd_bf16_hd128 bwd_bf16_hd128 fwd_kvcache_bf16_hd128
 fwd_bf16_hd192 bwd_bf16_hd192 fwd_kvcache_bf16_hd192 fwd_bf16_hd256 bwd_bf16_hd256 fwd_kvcache_bf16_hd256
 """.split()
+_FP8_KERNEL_SOURCES = ["fwd_fp8_hd128", "fwd_fp8_hd256"]
 _OTHER_SOURCES = ["csrc/flash/dropout_mask.cu", "csrc/torch/ops.cpp", "csrc/torch/ops_kvcache.cpp",
-                  "csrc/torch/autograd.cpp"]
+                  "csrc/torch/ops_fp8.cpp", "csrc/torch/autograd.cpp"]
 _ALL_DISABLED = ["-DFLASH_ATTN_DISABLE_DROPOUT", "-DFLASH_ATTN_DISABLE_SOFTCAP", "-DFLASH_ATTN_DISABLE_ALIBI",
                  "-DFLASH_ATTN_DISABLE_LOCAL", "-DFLASH_ATTN_DISABLE_VARLEN"]
 RECORDED_CUDA_EXTENSIONS = {  # case: (build variables, kernel sources, cxx flags, nvcc flags)
-    "default": ({}, _ALL_KERNEL_SOURCES, ["-O3"],
+    "default": ({}, _ALL_KERNEL_SOURCES + _FP8_KERNEL_SOURCES, ["-O3"],
                 ["-O3", "--expt-relaxed-constexpr", "-gencode=arch=compute_80,code=sm_80",
                  "-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_90,code=compute_90"]),
     "dev_build": ({"FLASH_ATTN_CUDA_ARCHS": "90", "FLASH_ATTN_HDIMS": "128", "FLASH_ATTN_DTYPES": "bf16"},
-                  ["fwd_bf16_hd128", "bwd_bf16_hd128", "fwd_kvcache_bf16_hd128"], ["-O3"],
+                  ["fwd_bf16_hd128", "bwd_bf16_hd128", "fwd_kvcache_bf16_hd128", "fwd_fp8_hd128"], ["-O3"],
                   ["-O3", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
                    "-gencode=arch=compute_90,code=compute_90"]),
     "everything": ({"FLASH_ATTN_CUDA_ARCHS": "80;86;89;90", "FLASH_ATTN_LINEINFO": "1", "FLASH_ATTN_PTXAS_VERBOSE": "1",
                     **{flag[2:]: "1" for flag in _ALL_DISABLED}},
-                   _ALL_KERNEL_SOURCES, ["-O3", *_ALL_DISABLED],
+                   _ALL_KERNEL_SOURCES + _FP8_KERNEL_SOURCES, ["-O3", *_ALL_DISABLED],
                    ["-O3", "--expt-relaxed-constexpr", "-gencode=arch=compute_80,code=sm_80",
                     "-gencode=arch=compute_86,code=sm_86", "-gencode=arch=compute_89,code=sm_89",
                     "-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_90,code=compute_90", *_ALL_DISABLED,
@@ -232,14 +234,17 @@ def test_cuda_extension_unchanged(case, build_env, extension_calls, tmp_path):
 
 
 def test_rocm_extension(build_env, extension_calls):
-    """On a ROCm torch: the CUDA build's sources and host flags; hipcc gets the offload targets, no nvcc flags."""
+    """On a ROCm torch: the CUDA build's sources (less the Hopper-only fp8 forward) and host flags; hipcc gets
+    the offload targets, no nvcc flags."""
     build_env.setenv("FLASH_ATTN_DISABLE_ALIBI", "1")
     make_torch_look_like(build_env, CUDA_TORCH)
     build_config.extension_setup_kwargs()
     make_torch_look_like(build_env, ROCM_TORCH)
     build_config.extension_setup_kwargs()
     cuda, rocm = extension_calls
-    assert rocm["sources"] == cuda["sources"] and rocm["include_dirs"] == cuda["include_dirs"]
+    fp8_sources = [f"csrc/instantiations/{kernel}.cu" for kernel in _FP8_KERNEL_SOURCES]
+    assert rocm["sources"] == [source for source in cuda["sources"] if source not in fp8_sources]
+    assert rocm["include_dirs"] == cuda["include_dirs"]
     assert rocm["extra_compile_args"] == {
         "cxx": ["-O3", "-DFLASH_ATTN_DISABLE_ALIBI"],
         "nvcc": ["-O3", "--offload-arch=gfx90a", "--offload-arch=gfx942", "-DFLASH_ATTN_DISABLE_ALIBI"],

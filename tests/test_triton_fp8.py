@@ -27,6 +27,13 @@ pytestmark = pytest.mark.skipif(DEVICE == "cuda" and torch.cuda.get_device_capab
                                 reason="fp8 needs a GPU of compute capability 8.9 or newer")
 
 
+@pytest.fixture(autouse=True)
+def _triton_switch_on(monkeypatch):
+    """Every call here runs the Triton backend: on a Hopper GPU the dense fp8 calls would otherwise go
+    to the CUDA fp8 forward, which test_gpu_fp8.py checks."""
+    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+
+
 def _inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, magnitude=1.0):
     """Quantized q, k, v (float8_e4m3fn, on DEVICE) and their descales, from randn * magnitude."""
     new = lambda s, h: torch.randn(batch, s, h, headdim) * magnitude  # noqa: E731

@@ -19,6 +19,7 @@
 
 #include <type_traits>
 
+#include "arch/sm90_fp8.cuh"
 #include "arch/sm90_swizzled_tile.cuh"
 #include "arch/sm90_wgmma.cuh"
 #include "common.cuh"
@@ -74,29 +75,40 @@ __device__ __forceinline__ void load_kv_tile_sm90(char* tile, const T* gmem, int
                                                                                   row_stride, seqlen_k - n0, headdim, tid);
 }
 
-// Issues S (this warpgroup's 64 queries from q_row0 x kBlockN keys) = Q.K^T as one wgmma group.
+// Issues S (this warpgroup's 64 queries from q_row0 x kBlockN keys) = Q.K^T as one wgmma group
+// (k-steps of 32 bytes: 16 elements of 16 bits, 32 of e4m3).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void issue_scores_sm90(float (&scores)[1][Cfg::kBlockN / 8][4], const char* sQ,
                                                   const char* sK, int q_row0) {
   arch::wgmma_fence_operand(scores[0]);
   arch::wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < Cfg::kHeadDim / 16; ++ks)
+  for (int ks = 0; ks < Cfg::QTile::kKSteps; ++ks)
     arch::Wgmma<T, Cfg::kBlockN>::template ss<false, false>(scores[0], Cfg::QTile::k_major(sQ, q_row0, ks),
                                                              Cfg::KVTile::k_major(sK, 0, ks), ks > 0);
   arch::wgmma_commit();
 }
 
-// Issues O (64 queries x head dim) += P (registers, 64 x kBlockN) . V (kBlockN keys x head dim,
-// read MN-major) as one wgmma group.
+// P.V's k-steps over kBlockN keys: 16 keys for 16-bit P, 32 for e4m3.
+template <typename T, int kBlockN>
+constexpr int kPvSteps = kBlockN * static_cast<int>(sizeof(T)) / 32;
+
+// Issues O (64 queries x head dim) += P (registers, 64 x kBlockN) . V as one wgmma group. 16-bit V
+// is read MN-major (kBlockN key rows x head dim); e4m3 V is Cfg::VTile, transposed (head-dim rows
+// of kBlockN keys in arch/sm90_fp8.cuh's order), read K-major.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void issue_output_sm90(float (&acc)[1][Cfg::kHeadDim / 8][4],
-                                                  const uint32_t (&probs)[1][Cfg::kBlockN / 16][4], const char* sV) {
+                                                  const uint32_t (&probs)[1][kPvSteps<T, Cfg::kBlockN>][4],
+                                                  const char* sV) {
   arch::wgmma_fence_operand(acc[0]);
   arch::wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < Cfg::kBlockN / 16; ++ks)
-    arch::Wgmma<T, Cfg::kHeadDim>::template rs<true>(acc[0], probs[0][ks], Cfg::KVTile::mn_major(sV, 0, ks), true);
+  for (int ks = 0; ks < kPvSteps<T, Cfg::kBlockN>; ++ks) {
+    if constexpr (sizeof(T) == 1)
+      arch::Wgmma<T, Cfg::kHeadDim>::template rs<false>(acc[0], probs[0][ks], Cfg::VTile::k_major(sV, 0, ks), true);
+    else
+      arch::Wgmma<T, Cfg::kHeadDim>::template rs<true>(acc[0], probs[0][ks], Cfg::KVTile::mn_major(sV, 0, ks), true);
+  }
   arch::wgmma_commit();
 }
 
@@ -111,7 +123,7 @@ struct Sm90ForwardRows {
   OnlineSoftmax<1> softmax;
   float scores[1][kScoreNT][4];             // S rows of this warp (16 x kBlockN), then P until converted
   float rescale[1][2];                      // O's pending rescale from the latest softmax
-  uint32_t probs[1][Cfg::kBlockN / 16][4];  // P of the previous block, the A operand of its P.V
+  uint32_t probs[1][kPvSteps<T, Cfg::kBlockN>][4];  // P of the previous block, the A operand of its P.V
   struct NoDropTests {};
   std::conditional_t<kScoreExtras, FwdDropTests<1, kScoreNT>, NoDropTests> drop_tests;  // of the latest block
 
@@ -131,10 +143,13 @@ struct Sm90ForwardRows {
   }
 
   // Rescales O for the latest block and converts its P to the A operand of its P.V (dropout
-  // zeroes the dropped entries there, two per instruction).
+  // zeroes the dropped entries there, two per instruction; e4m3 P has no dropout).
   __device__ __forceinline__ void convert(const Dropout& dropout) {
     OnlineSoftmax<1>::rescale_output(acc, rescale);
-    arch::accumulators_to_a_fragments<T>(probs, scores);
+    if constexpr (sizeof(T) == 1)
+      arch::accumulators_to_e4m3_a_fragments(probs, scores);
+    else
+      arch::accumulators_to_a_fragments<T>(probs, scores);
     if constexpr (kScoreExtras) {
       if (dropout.enabled) drop_packed_probs(probs, drop_tests);
     }
@@ -148,23 +163,24 @@ struct Sm90ForwardRows {
   }
 
   // S of key block n_block for the warp's rows from m0 + row0 become probabilities: score
-  // modifiers, mask, online softmax.
-  __device__ __forceinline__ void scores_to_probs(const FwdParams& p, const AttentionMask& mask, const ScoreMod& mod,
+  // modifiers, mask, online softmax with the logits scaled by scale_log2 (base 2).
+  __device__ __forceinline__ void scores_to_probs(float scale_log2, const AttentionMask& mask, const ScoreMod& mod,
                                                   int m0, int rows_q, int row0, int n_block, int lane) {
     const int n0 = n_block * Cfg::kBlockN;
     scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod,
                                              !mask.block_fully_visible(m0, rows_q, n0, Cfg::kBlockN), m0 + row0, n0,
                                              lane);
-    softmax.update_probs(scores, p.logit_scale_log2, rescale);
+    softmax.update_probs(scores, scale_log2, rescale);
     arch::wgmma_fence_operand(scores[0]);
   }
 
-  // After the last P.V: normalizes O (times dropout's 1 / keep_prob) and writes the lse of the
-  // warp's rows (row0.., relative to the block) below rows_q.
-  __device__ __forceinline__ void finalize(const FwdParams& p, float keep_scale, float* lse, int row0, int rows_q,
+  // After the last P.V: normalizes O (times output_scale: dropout's 1 / keep_prob, or fp8's
+  // v_descale) and writes the lse (of logits scaled by logit_scale) of the warp's rows (row0..,
+  // relative to the block) below rows_q.
+  __device__ __forceinline__ void finalize(float logit_scale, float output_scale, float* lse, int row0, int rows_q,
                                            int lane) {
     float row_lse[1][2];
-    softmax.finalize(acc, p.logit_scale, keep_scale, row_lse);
+    softmax.finalize(acc, logit_scale, output_scale, row_lse);
     if (lane % 4 == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -237,7 +253,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
         rows.drop_tests = drop_tests_fwd<1, kBlockN / 8>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     }
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
-    rows.scores_to_probs(p, mask, mod, m0, rows_q, warp_row0, n_block, lane);
+    rows.scores_to_probs(p.logit_scale_log2, mask, mod, m0, rows_q, warp_row0, n_block, lane);
   };
   step(std::true_type{}, 0);
   for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
@@ -249,7 +265,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v((n_blocks - 1) % 3));
   arch::wgmma_wait<0>();
   arch::wgmma_fence_operand(rows.acc[0]);
-  rows.finalize(p, dropout.keep_scale, qb.lse(p), warp_row0, rows_q, lane);
+  rows.finalize(p.logit_scale, dropout.keep_scale, qb.lse(p), warp_row0, rows_q, lane);
   // Epilogue: O through shared memory (row-major, padded) for coalesced stores.
   T* sO = reinterpret_cast<T*>(smem);
   __syncthreads();  // every warpgroup is done reading Q, K and V

@@ -16,8 +16,9 @@
 //     keep turning; Q has its own full/empty pair, released after a tile's last S, so the producer
 //     loads the next tile's Q and first K while the math warpgroups finish the last P.V and the
 //     epilogue, which stages O in its own shared-memory tile.
-// Mask, score modifiers, dropout, softmax and the sequence view are the pieces the other kernels
-// use. Varlen: a TMA box cannot stop at a sequence's end, so K/V rows past it are the next
+// Element types (fwd_sm90_operands.cuh): fp16 / bf16, or e4m3 (the fp8 forward: bf16 O, descales,
+// V transposed; dense batches only, the op says). Mask, score modifiers, dropout, softmax and the
+// sequence view are the pieces the other kernels use. Varlen: a TMA box cannot stop at a sequence's end, so K/V rows past it are the next
 // sequence's (or zeros past the tensor); the mask gives their scores probability 0, as with the
 // zero-filled rows of the cp.async kernel. Rows past the tensor's extent arrive as zeros.
 #pragma once
@@ -32,6 +33,7 @@
 #include "fragment_scores.cuh"
 #include "fwd_kernel_sm90.cuh"
 #include "fwd_query_block.cuh"
+#include "fwd_sm90_operands.cuh"
 #include "mask.cuh"
 #include "params.h"
 #include "query_tile_scheduler.cuh"
@@ -40,9 +42,10 @@
 
 namespace flash {
 
-template <int kHeadDim_, int kBlockN_, int kConsumers_, int kStages_>
+template <int kHeadDim_, int kBlockN_, int kConsumers_, int kStages_, int kElementBytes_ = 2>
 struct FwdWsConfig {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kElementBytes = kElementBytes_;  // of q, k, v: 2 (fp16, bf16) or 1 (e4m3)
   static constexpr int kBlockN = kBlockN_;        // keys per step: the N of the S wgmma
   static constexpr int kConsumers = kConsumers_;  // math warpgroups, 64 query rows each
   static constexpr int kStages = kStages_;        // slots of the K ring and of the V ring
@@ -55,20 +58,29 @@ struct FwdWsConfig {
   static_assert(kProducerRegs * arch::kWarpgroupThreads + kConsumerRegs * kConsumers * arch::kWarpgroupThreads <=
                     65536,
                 "register file");
-  using QTile = arch::SwizzledTile<kBlockM, kHeadDim>;
-  using KVTile = arch::SwizzledTile<kBlockN, kHeadDim>;
+  // Operand tiles are laid out in 16-bit columns (arch/sm90_swizzled_tile.cuh): a row of kHeadDim
+  // e4m3 elements is kHeadDim / 2 of them, which TMA and the wgmma descriptors move as bytes alike.
+  static constexpr int kRowCols = kHeadDim * kElementBytes / 2;
+  using QTile = arch::SwizzledTile<kBlockM, kRowCols>;
+  using KVTile = arch::SwizzledTile<kBlockN, kRowCols>;
+  // V as P.V's B operand: 16-bit V is read MN-major from its key rows; 8-bit wgmma reads K-major
+  // operands only, so e4m3 V arrives transposed: head-dim rows of kBlockN keys.
+  using VTile = std::conditional_t<kElementBytes == 2, KVTile, arch::SwizzledTile<kHeadDim, kBlockN / 2>>;
+  using OTile = arch::SwizzledTile<kBlockM, kHeadDim>;  // O staged in its 16-bit output type
+  static_assert(VTile::kBytes == KVTile::kBytes, "K and V slots of one size");
   static constexpr int kBarriers = 2 + 4 * kStages;  // Q full / empty; K full / empty; V full / empty
-  static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, a QTile
+  static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, an OTile
   // The epilogue stages O in a shared tile of its own (whole-line stores, under the next tile's
   // loads) where it fits beside Q and the rings; otherwise (hd 256: Q and two slots of K and V take
   // 192 of the 227 KiB with 64-key steps, 224 with 80) O goes straight from the accumulators to
   // global memory.
-  static constexpr bool kStageO = kOOffset + QTile::kBytes + kBarriers * 8 <= arch::kMaxSmemBytesPerBlock;
-  static constexpr int kBarrierOffset = kOOffset + (kStageO ? QTile::kBytes : 0);
+  static constexpr bool kStageO = kOOffset + OTile::kBytes + kBarriers * 8 <= arch::kMaxSmemBytesPerBlock;
+  static constexpr int kBarrierOffset = kOOffset + (kStageO ? OTile::kBytes : 0);
   static constexpr int kConsumerThreads = kConsumers * arch::kWarpgroupThreads;
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
   static_assert(kSmemBytes <= arch::kMaxSmemBytesPerBlock, "Hopper's shared memory per block");
-  static_assert(kBlockN % 16 == 0 && kHeadDim % 64 == 0, "whole wgmma k-steps and 64-column TMA boxes");
+  static_assert(kBlockN % (32 / kElementBytes) == 0 && kRowCols % 64 == 0 && (kElementBytes == 2 || kBlockN % 128 == 0),
+                "whole wgmma k-steps and 64-column (128-byte) TMA boxes, for e4m3 V's key rows too");
   static_assert(kBlockM <= 256 && kBlockN <= 256, "TMA boxes hold at most 256 rows");
 };
 
@@ -105,23 +117,19 @@ struct FwdWsSmem {
   }
 };
 
-// The tensor maps of q, k and v (host: make_fwd_tensor_maps in launch_fwd_sm90.cuh).
-struct FwdTensorMaps {
-  arch::TensorMap q, k, v;
-};
-
 // The producer thread, per tile: Q once its slot is free, then K[0], then K[i+1] and V[i] for each
 // step i. `ring` counts the key blocks of the earlier tiles (the rings' positions), tile_parity the
-// tiles with keys (Q's phase).
-template <typename Cfg, typename QueryBlock>
-__device__ __forceinline__ void produce_fwd_tile(const FwdWsSmem<Cfg>& s, const FwdTensorMaps& maps,
-                                                 const QueryBlock& qb, int ring, uint32_t tile_parity) {
+// tiles with keys (Q's phase). e4m3 V is transposed: its block is a column range, from key 0 of a
+// dense batch entry.
+template <typename Cfg, typename Maps, typename QueryBlock>
+__device__ __forceinline__ void produce_fwd_tile(const FwdWsSmem<Cfg>& s, const Maps& maps, const QueryBlock& qb,
+                                                 int ring, uint32_t tile_parity) {
   using KVTile = typename Cfg::KVTile;
   const int batch = qb.seq.batch_index, n_blocks = qb.key_blocks(), n_last = qb.n_end - 1;
   const int q_row = static_cast<int>(qb.seq.q_row0) + qb.m0, k_row0 = static_cast<int>(qb.seq.k_row0);
   arch::mbarrier_wait_parity(s.q_empty(), tile_parity ^ 1);
   arch::mbarrier_arrive_expect_bytes(s.q_full(), Cfg::QTile::kBytes);
-  arch::tma_load_swizzled_tile<Cfg::kBlockM, Cfg::kHeadDim>(s.q(), &maps.q, q_row, qb.head, batch, s.q_full());
+  arch::tma_load_swizzled_tile<Cfg::kBlockM, Cfg::kRowCols>(s.q(), &maps.q, q_row, qb.head, batch, s.q_full());
   // Waits for the slot's previous occupant to be released (a fresh barrier counts as released:
   // the wait for the phase before its first one returns at once), then loads block i of K or V.
   auto load = [&](bool is_v, int i) {
@@ -129,10 +137,17 @@ __device__ __forceinline__ void produce_fwd_tile(const FwdWsSmem<Cfg>& s, const 
     arch::mbarrier_wait_parity(is_v ? s.v_empty(at.slot) : s.k_empty(at.slot), at.parity ^ 1);
     uint64_t* full = is_v ? s.v_full(at.slot) : s.k_full(at.slot);
     arch::mbarrier_arrive_expect_bytes(full, KVTile::kBytes);
-    arch::tma_load_swizzled_tile<Cfg::kBlockN, Cfg::kHeadDim>(is_v ? s.v(at.slot) : s.k(at.slot),
-                                                              is_v ? &maps.v : &maps.k,
-                                                              k_row0 + (n_last - i) * Cfg::kBlockN, qb.head_k, batch,
-                                                              full);
+    const int key0 = (n_last - i) * Cfg::kBlockN;
+    if constexpr (Cfg::kElementBytes == 1) {
+      if (is_v) {
+        arch::tma_load_swizzled_tile_from<Cfg::kHeadDim, Cfg::kBlockN / 2>(s.v(at.slot), &maps.v, key0 / 2, 0,
+                                                                            qb.head_k, batch, full);
+        return;
+      }
+    }
+    arch::tma_load_swizzled_tile<Cfg::kBlockN, Cfg::kRowCols>(is_v ? s.v(at.slot) : s.k(at.slot),
+                                                              is_v ? &maps.v : &maps.k, k_row0 + key0, qb.head_k,
+                                                              batch, full);
   };
   load(false, 0);
   for (int i = 0; i < n_blocks; ++i) {
@@ -175,9 +190,9 @@ __device__ __forceinline__ void write_output_rows(const FwdParams& p, const FwdW
   const int warp_row0 = group_row0 + (group_tid / arch::kWarpSize) * 16;
   if constexpr (Cfg::kStageO) {
     arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
-    arch::store_accumulators_swizzled<typename Cfg::QTile, kHeadNT, T>(s.o(), warp_row0, acc, lane);
+    arch::store_accumulators_swizzled<typename Cfg::OTile, kHeadNT, T>(s.o(), warp_row0, acc, lane);
     arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
-    arch::copy_swizzled_rows_to_global<typename Cfg::QTile, 64, Cfg::kHeadDim, arch::kWarpgroupThreads>(
+    arch::copy_swizzled_rows_to_global<typename Cfg::OTile, 64, Cfg::kHeadDim, arch::kWarpgroupThreads>(
         qb.template out<T>(p), p.out.row_stride, s.o(), group_row0, qb.rows_q, p.shape.headdim, group_tid);
   } else {
     arch::store_accumulator_rows<kHeadNT, T>(qb.template out<T>(p), p.out.row_stride, warp_row0, acc, lane, qb.rows_q,
@@ -188,10 +203,10 @@ __device__ __forceinline__ void write_output_rows(const FwdParams& p, const FwdW
 // One consumer warpgroup on one tile: 64 query rows of the block, the whole key walk, and their
 // output. group_tid: the thread's index within its warpgroup (0..127); ring and tile_parity as
 // for the producer.
-template <typename T, typename Cfg, bool kScoreExtras, typename QueryBlock>
-__device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
-                                                 const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid,
-                                                 int ring, uint32_t tile_parity) {
+template <typename T, typename Cfg, bool kScoreExtras, typename Maps, typename QueryBlock>
+__device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps& maps, const FwdWsSmem<Cfg>& s,
+                                                 const QueryBlock& qb, const WarpgroupTurns<Cfg::kConsumers>& turns,
+                                                 int group_tid, int ring, uint32_t tile_parity) {
   constexpr int kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   const int lane = group_tid % arch::kWarpSize, warp_in_group = group_tid / arch::kWarpSize;
   const bool releases = group_tid == 0;  // the thread that hands this warpgroup's slots back
@@ -200,6 +215,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
   const AttentionMask& mask = qb.mask;
   const ScoreMod mod = qb.template score_mod<kScoreExtras>(p);
   const Dropout dropout = qb.template dropout<kScoreExtras>(p);
+  const TileScales scales = tile_scales<T>(p, maps, qb.seq.batch, qb.head_k, dropout.keep_scale);
   const int group_row0 = turns.consumer * 64;
   const int warp_row0 = group_row0 + warp_in_group * 16;
 
@@ -239,7 +255,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
       arch::mbarrier_arrive(s.k_empty(at.slot));
       if (i == n_blocks - 1) arch::mbarrier_arrive(s.q_empty());  // the tile's last S: Q is free
     }
-    rows.scores_to_probs(p, mask, mod, m0, rows_q, warp_row0, n_block, lane);
+    rows.scores_to_probs(scales.logit_log2, mask, mod, m0, rows_q, warp_row0, n_block, lane);
   };
   step(std::true_type{}, 0);
   for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
@@ -252,16 +268,13 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const FwdWs
   arch::wgmma_wait<0>();
   arch::wgmma_fence_operand(rows.acc[0]);
   if (releases) arch::mbarrier_arrive(s.v_empty(last.slot));
-  rows.finalize(p, dropout.keep_scale, qb.lse(p), warp_row0, rows_q, lane);
-  write_output_rows<T, Cfg>(p, s, qb, rows.acc, turns, group_tid);
+  rows.finalize(scales.logit, scales.output, qb.lse(p), warp_row0, rows_q, lane);
+  write_output_rows<FwdOutputOf<T>, Cfg>(p, s, qb, rows.acc, turns, group_tid);
 }
 
-// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
-template <typename T, typename Cfg, bool kScoreExtras>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    fwd_kernel_sm90_ws(const __grid_constant__ FwdParams p, const __grid_constant__ FwdTensorMaps maps,
-                       const QueryTileOrder order) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The CTA's work, for the kernels below: maps is the kernel's tensor-map parameter.
+template <typename T, typename Cfg, bool kScoreExtras, typename Maps>
+__device__ __forceinline__ void fwd_ws_cta(const FwdParams& p, const Maps& maps, const QueryTileOrder& order) {
   using QueryBlock = FwdQueryBlock<Cfg::kBlockM, Cfg::kBlockN>;
   const FwdWsSmem<Cfg> s{reinterpret_cast<char*>(arch::swizzle_aligned_dynamic_smem())};
   const int tid = threadIdx.x, warpgroup = tid / arch::kWarpgroupThreads;
@@ -302,14 +315,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const auto qb = QueryBlock::at(p, at.m_block, at.head, at.batch);
     if (qb.rows_q <= 0) continue;
     if (qb.key_blocks() == 0) {
-      qb.template write_rows_without_keys<T, Cfg::kHeadDim, Cfg::kConsumerThreads>(p, tid - arch::kWarpgroupThreads);
+      qb.template write_rows_without_keys<FwdOutputOf<T>, Cfg::kHeadDim, Cfg::kConsumerThreads>(
+          p, tid - arch::kWarpgroupThreads);
       continue;
     }
-    consume_fwd_tile<T, Cfg, kScoreExtras>(p, s, qb, turns, tid % arch::kWarpgroupThreads, ring, tile_parity);
+    consume_fwd_tile<T, Cfg, kScoreExtras>(p, maps, s, qb, turns, tid % arch::kWarpgroupThreads, ring, tile_parity);
     ring += qb.key_blocks();
     tile_parity ^= 1;
   }
   turns.finish();
+}
+
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
+template <typename T, typename Cfg, bool kScoreExtras>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    fwd_kernel_sm90_ws(const __grid_constant__ FwdParams p, const __grid_constant__ FwdTensorMaps maps,
+                       const QueryTileOrder order) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  fwd_ws_cta<T, Cfg, kScoreExtras>(p, maps, order);
+#else
+  __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
+#endif
+}
+
+// The fp8 forward (launch_fwd_fp8.cuh): e4m3 operands, no score extras.
+template <typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    fwd_fp8_kernel_sm90_ws(const __grid_constant__ FwdParams p, const __grid_constant__ FwdFp8TensorMaps maps,
+                           const QueryTileOrder order) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  fwd_ws_cta<arch::Fp8E4m3, Cfg, false>(p, maps, order);
 #else
   __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
 #endif

@@ -24,6 +24,19 @@ cudaError_t run_fwd(const FwdParams& params, cudaStream_t stream);
 template <typename T, int kHeadDim>
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
 
+// The fp8 (e4m3) forward on Hopper (launch_fwd_fp8.cuh): dense q, k (batch, seqlen, heads, headdim)
+// and V transposed, (batch, heads_k, headdim, fp8_transposed_v_keys(seqlen_k)) with its keys permuted
+// as arch/sm90_fp8.cuh says; bf16 out. can_run_fwd_fp8 says whether this binary's kernel runs on
+// `device` (sm_90a image, no FLASH_ATTN_DISABLE_SM90); run_fwd_fp8 returns cudaErrorNotSupported
+// where it cannot.
+template <int kHeadDim>
+cudaError_t run_fwd_fp8(const FwdParams& params, const Fp8Descales& descales, cudaStream_t stream);
+template <int kHeadDim>
+cudaError_t can_run_fwd_fp8(int device, bool& usable);
+
+// Keys per row of the fp8 forward's transposed V: whole 32-key groups of its key permutation.
+constexpr int64_t fp8_transposed_v_keys(int64_t seqlen_k) { return (seqlen_k + 31) / 32 * 32; }
+
 // flash_attn_with_kvcache: appends the new tokens to the cache (keys rotated), then attends (queries
 // rotated as they are loaded);
 // params.num_splits > 1 needs out_accum / lse_accum (params.h).

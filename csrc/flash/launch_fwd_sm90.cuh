@@ -130,9 +130,8 @@ bool warp_specialized_fwd_chosen(const FwdParams& p) {
 // and epilogue; uneven tiles (causal, window) in the heaviest-first order, so that the strides
 // finish together. FLASH_ATTN_SM90_FWD_GRID=tiles gives one CTA per tile instead (tests, A/B
 // measurements): the hardware hands them out as SMs free up.
-template <typename Cfg, typename Kernel>
-cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, const FwdTensorMaps& maps,
-                                    cudaStream_t stream) {
+template <typename Cfg, typename Kernel, typename Maps>
+cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, const Maps& maps, cudaStream_t stream) {
   cudaError_t err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   const bool varlen = params.varlen.cu_seqlens_q != nullptr;

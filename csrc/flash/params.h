@@ -69,6 +69,14 @@ struct DropoutArgs {
   int64_t* rng_state_out;  // forward: (seed, offset) written here for the backward; may be null
 };
 
+// The fp8 forward's descales (FlashAttention 3's FP8 API): float32 (batch, heads_k) contiguous each,
+// or null for 1. Scores are scaled by q * k descale, O by v's.
+struct Fp8Descales {
+  const float* q;
+  const float* k;
+  const float* v;
+};
+
 struct FwdParams {
   Strided4d q, k, v, out;
   float* lse;  // dense (batch, heads, seqlen_q), varlen (heads, total_q); natural log; +inf where a

@@ -1,6 +1,7 @@
-// Helpers shared by the ops' CUDA implementations (ops.cpp, ops_kvcache.cpp): argument checks that
-// raise RuntimeError naming the argument, kernel-ready layouts, params pieces, the dispatch to the
-// compiled (dtype, head dim) kernels, output poisoning for the tests, and launch checks.
+// Helpers shared by the ops' CUDA implementations (ops.cpp, ops_kvcache.cpp, ops_fp8.cpp): argument
+// checks that raise RuntimeError naming the argument, kernel-ready layouts, params pieces, the
+// dispatch to the compiled (dtype, head dim) kernels, output poisoning for the tests, and launch
+// checks.
 #pragma once
 
 #include <ATen/cuda/CUDAContext.h>
@@ -12,6 +13,7 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "flash/launch_api.h"
 #include "instantiations/compiled_configs.h"
@@ -139,6 +141,9 @@ inline const char* launch_hint(cudaError_t err) {
            "head dims above 128; csrc/flash/launch_bwd_cdna.cuh says why)";
   return "";
 }
+
+// The compiled fp8 forward head dims whose kernel runs on `device` (ops_fp8.cpp).
+std::vector<int64_t> fp8_forward_headdims(int64_t device);
 
 inline void check_launch(cudaError_t err, const char* pass, at::ScalarType dtype, int headdim) {
   const char* hint = launch_hint(err);

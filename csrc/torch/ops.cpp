@@ -355,6 +355,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                                      {"local", flash::kLocalCompiled},
                                                      {"varlen", flash::kVarlenCompiled}};
   }, "(feature, compiled) pairs: FLASH_ATTN_DISABLE_* build flags compile features out");
+  m.def("fp8_forward_headdims", &fp8_forward_headdims,
+        "Head dims of the CUDA fp8 forward (flash_attn::fwd_fp8) that run on the given device index");
   m.def(
       "set_poison_outputs", [](bool enabled) { return poison_outputs.exchange(enabled); },
       "Test hook: fill op outputs with NaN before the kernels run; returns the previous setting");

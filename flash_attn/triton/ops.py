@@ -20,12 +20,7 @@ from . import attention, fp8, kvcache
 torch.library.define("flash_attn::triton_fwd", flash_ops.FWD_SCHEMA)
 torch.library.define("flash_attn::triton_bwd", flash_ops.BWD_SCHEMA)
 torch.library.define("flash_attn::triton_fwd_kvcache", flash_ops.FWD_KVCACHE_SCHEMA)
-torch.library.define(
-    "flash_attn::triton_fwd_fp8",
-    "(Tensor q, Tensor k, Tensor v, Tensor? q_descale, Tensor? k_descale, Tensor? v_descale, Tensor? cu_seqlens_q, "
-    "Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, int window_left, "
-    "int window_right, float softcap, Tensor? alibi_slopes) -> (Tensor, Tensor)",
-)
+torch.library.define("flash_attn::triton_fwd_fp8", flash_ops.FWD_FP8_SCHEMA)
 
 
 def _window_and_options(window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -79,25 +74,9 @@ def _triton_fwd_fp8(q, k, v, q_descale, k_descale, v_descale, cu_seqlens_q, cu_s
                            softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
 
 
-@torch.library.register_fake("flash_attn::triton_fwd_fp8")
-def _triton_fwd_fp8_fake(q, k, v, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                         max_seqlen_k, softmax_scale, window_left, window_right, softcap, alibi_slopes):
-    _, lse, _ = flash_ops.fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale,
-                                   window_left, window_right, softcap, alibi_slopes, False)
-    return torch.empty(q.shape, dtype=attention.FP8_OUT_DTYPE, device=q.device), lse
-
-
-FP8_BACKWARD_ERROR = ("flash_attn: the float8_e4m3fn forward has no backward (FlashAttention 3 has no fp8 backward "
-                      "either); train with float16 or bfloat16 inputs")
-
-
-def _fp8_backward(ctx, *grads):
-    raise NotImplementedError(FP8_BACKWARD_ERROR)
-
-
-torch.library.register_autograd("flash_attn::triton_fwd_fp8", _fp8_backward,
+torch.library.register_fake("flash_attn::triton_fwd_fp8")(flash_ops.fwd_fp8_fake)
+torch.library.register_autograd("flash_attn::triton_fwd_fp8", flash_ops.fp8_backward,
                                 setup_context=lambda ctx, inputs, output: None)
-
 torch.library.register_fake("flash_attn::triton_fwd")(flash_ops.fwd_fake)
 torch.library.register_fake("flash_attn::triton_fwd_kvcache")(flash_ops.fwd_kvcache_fake)
 torch.library.register_fake("flash_attn::triton_bwd")(flash_ops.bwd_fake)

@@ -53,6 +53,7 @@ struct SwizzledTile {
   static_assert(kRows % 8 == 0 && kCols % 64 == 0, "whole 8-row atoms and 64-column blocks");
   static constexpr int kBlockBytes = kRows * kSwizzleRowBytes;  // one 64-column block of every row
   static constexpr int kBytes = kRows * kCols * 2;
+  static constexpr int kKSteps = kCols / 16;  // K-major k-steps of 32 bytes (16-bit k16, 8-bit k32)
 
   __device__ __forceinline__ static int byte_offset(int row, int col) {
     return (col / 64) * kBlockBytes + row * kSwizzleRowBytes + ((((col % 64) / 8) ^ (row % 8)) * 16) + (col % 8) * 2;

@@ -45,6 +45,17 @@ __device__ __forceinline__ void tma_load_swizzled_tile(void* tile, const TensorM
                 batch, bar);
 }
 
+// The same from 16-bit column col0 of the tensor on (a multiple of 64): the fp8 forward's transposed
+// V, whose columns are keys (two e4m3 per 16-bit column).
+template <int kRows, int kCols>
+__device__ __forceinline__ void tma_load_swizzled_tile_from(void* tile, const TensorMap* map, int col0, int row,
+                                                            int head, int batch, uint64_t* bar) {
+#pragma unroll
+  for (int block = 0; block < kCols / 64; ++block)
+    tma_load_4d(static_cast<char*>(tile) + block * SwizzledTile<kRows, kCols>::kBlockBytes, map, col0 + block * 64, row,
+                head, batch, bar);
+}
+
 // Fetches the tensor map's descriptor ahead of its first use.
 __device__ __forceinline__ void prefetch_tensor_map(const TensorMap* map) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -1,0 +1,122 @@
+"""Issue #13's fp8 target, measured: the CUDA fp8 (e4m3) forward on Hopper against our bf16 forward
+(target: >= 1.5x at head dims 128 and 256, seqlen >= 4k), with the Triton backend's fp8 forward and
+SDPA cuDNN's bf16 forward as peers; hidden 2048 (2048 / hd heads), batch x seqlen = 16k tokens,
+non-causal and causal; do_bench median, L2 flushed per run; TFLOP/s of the forward. Then the error
+of each fp8 forward as RMSE against an fp32 attention of the unquantized inputs, next to a plain
+fp8 attention in PyTorch (per-(batch, KV head) scaled e4m3 inputs, fp32 math, P rounded to e4m3)
+and our bf16 forward.
+
+    python benchmarks/experiments/fp8_speed.py [--label NAME] [--headdims 128,256] [--seqlens 4096,8192,16384]
+"""
+
+import argparse
+import os
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+from flash_attn import flash_attn_func
+
+FP8 = torch.float8_e4m3fn
+HIDDEN, TOKENS = 2048, 16384
+
+
+def quantize(x):
+    """(e4m3 x, float32 (batch, heads) descale): one scale per batch entry and head (MHA here)."""
+    descale = x.float().abs().amax(dim=(1, 3)).clamp(min=1e-12) / torch.finfo(FP8).max
+    return (x.float() / descale[:, None, :, None]).to(FP8), descale
+
+
+def tflops(batch, seqlen, heads, headdim, causal, ms):
+    return 4 * batch * seqlen * seqlen * heads * headdim / (2 if causal else 1) / ms / 1e9
+
+
+def calls(batch, seqlen, heads, headdim, causal):
+    q, k, v = (torch.randn(batch, seqlen, heads, headdim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    (q8, qd), (k8, kd), (v8, vd) = quantize(q), quantize(k), quantize(v)
+    scales = dict(q_descale=qd, k_descale=kd, v_descale=vd)
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+
+    def triton_fp8():
+        os.environ["FLASH_ATTENTION_TRITON_AMD_ENABLE"] = "TRUE"
+        try:
+            return flash_attn_func(q8, k8, v8, causal=causal, **scales)
+        finally:
+            del os.environ["FLASH_ATTENTION_TRITON_AMD_ENABLE"]
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+    return {
+        "ours bf16": lambda: flash_attn_func(q, k, v, causal=causal),
+        "ours fp8": lambda: flash_attn_func(q8, k8, v8, causal=causal, **scales),
+        "triton fp8": triton_fp8,
+        "cudnn bf16": cudnn,
+    }
+
+
+def speed_table(headdims, seqlens):
+    print(f"| hd | seqlen | causal | {' | '.join(calls(1, 128, 2, 128, False))} | fp8 / bf16 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for headdim in headdims:
+        heads = HIDDEN // headdim
+        for seqlen in seqlens:
+            for causal in (False, True):
+                batch = max(1, TOKENS // seqlen)
+                row = {}
+                for name, fn in calls(batch, seqlen, heads, headdim, causal).items():
+                    ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+                    row[name] = tflops(batch, seqlen, heads, headdim, causal, ms)
+                cells = " | ".join(f"{value:.1f}" for value in row.values())
+                print(f"| {headdim} | {seqlen} | {causal} | {cells} | {row['ours fp8'] / row['ours bf16']:.2f} |",
+                      flush=True)
+
+
+def plain_fp8_attention(q8, k8, v8, descales, causal):
+    """PyTorch fp32 math on the dequantized e4m3 inputs, P rounded to e4m3 for P.V (row sums before)."""
+    (qd, kd, vd) = descales
+    q, k, v = (x.float() * d[:, None, :, None] for x, d in zip((q8, k8, v8), (qd, kd, vd)))
+    s = torch.einsum("bthd,bshd->bhts", q, k) * q.shape[-1] ** -0.5
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    p = torch.exp(s - s.amax(-1, keepdim=True))
+    return torch.einsum("bhts,bshd->bthd", p.to(FP8).float(), v) / p.sum(-1).transpose(1, 2)[..., None]
+
+
+def error_table(headdims, seqlen=4096, heads=2):
+    print(f"\nRMSE against fp32 attention of the unquantized bf16 inputs (batch 1, seqlen {seqlen}, {heads} heads)")
+    print("| hd | causal | ours bf16 | ours fp8 | triton fp8 | plain fp8 (PyTorch) |")
+    print("|---|---|---|---|---|---|")
+    for headdim in headdims:
+        for causal in (False, True):
+            q, k, v = (torch.randn(1, seqlen, heads, headdim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            (q8, qd), (k8, kd), (v8, vd) = quantize(q), quantize(k), quantize(v)
+            qt, kt, vt = (t.float().transpose(1, 2) for t in (q, k, v))
+            ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+            scales = dict(q_descale=qd, k_descale=kd, v_descale=vd)
+            os.environ["FLASH_ATTENTION_TRITON_AMD_ENABLE"] = "TRUE"
+            triton_out = flash_attn_func(q8, k8, v8, causal=causal, **scales)
+            del os.environ["FLASH_ATTENTION_TRITON_AMD_ENABLE"]
+            outs = [flash_attn_func(q, k, v, causal=causal), flash_attn_func(q8, k8, v8, causal=causal, **scales),
+                    triton_out, plain_fp8_attention(q8, k8, v8, (qd, kd, vd), causal)]
+            errors = [(o.float() - ref).pow(2).mean().sqrt().item() for o in outs]
+            print(f"| {headdim} | {causal} | " + " | ".join(f"{e:.3e}" for e in errors) + " |", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--label", default="")
+    parser.add_argument("--headdims", default="128,256")
+    parser.add_argument("--seqlens", default="4096,8192,16384")
+    args = parser.parse_args()
+    headdims = [int(x) for x in args.headdims.split(",")]
+    print(f"{args.label} {torch.cuda.get_device_name()}, hidden {HIDDEN}, {TOKENS} tokens, forward TFLOP/s")
+    speed_table(headdims, [int(x) for x in args.seqlens.split(",")])
+    error_table(headdims)
+
+
+if __name__ == "__main__":
+    main()

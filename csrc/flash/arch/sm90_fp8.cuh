@@ -1,0 +1,58 @@
+// Hopper (sm_90a) e4m3 pieces of the fp8 forward: P from the fp32 S accumulators into wgmma's
+// 8-bit A fragments, and the key order the transposed V operand is stored in so that this needs no
+// exchange between lanes.
+//
+// wgmma m64nNk32's 8-bit A fragment (per warp, its 16 rows; g = lane / 4, t = lane % 4): register
+// r holds the four consecutive k of row g + 8 (r % 2) from column 16 (r / 2) + 4t, the lowest k in
+// the lowest byte (the 16-bit fragment's pairs, doubled). S's accumulators of 8-key block j hold
+// keys 8j + 2t and 8j + 2t + 1 of rows g (registers 0, 1) and g + 8 (2, 3). Within a 32-key k-step
+// a lane therefore holds keys {2t, 2t + 1, 8 + 2t, 9 + 2t} and the same plus 16, where its A
+// fragment wants k {4t .. 4t + 3} and the same plus 16. Rather than exchanging values, the forward
+// stores V transposed with the keys of every 32-key group permuted (the op builds it: csrc/torch),
+//   position k = 16 h + 4 t + 2 i + j  holds key  16 h + 8 i + 2 t + j   (h, i, j in {0, 1}),
+// so that each lane's own probabilities are its A fragment: a sum over keys does not depend on
+// their order as long as P and V agree on it.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_fp8.h>
+
+namespace flash {
+namespace arch {
+
+using Fp8E4m3 = __nv_fp8_e4m3;  // the fp8 forward's element type (wgmma .e4m3)
+
+constexpr int kFp8KeyGroup = 32;  // keys per 8-bit k-step, the period of the V key permutation
+
+// The key stored at position k (0..31) of a 32-key group of the transposed V.
+__host__ __device__ constexpr int fp8_v_key_at(int k) { return (k & 16) | ((k & 2) << 2) | ((k >> 1) & 6) | (k & 1); }
+
+// Four fp32 -> four e4m3 bytes, x0 in the lowest byte; round to nearest even, saturating at +-448.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
+  uint16_t low, high;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(low) : "f"(x1), "f"(x0));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(high) : "f"(x3), "f"(x2));
+  return static_cast<uint32_t>(low) | (static_cast<uint32_t>(high) << 16);
+}
+
+// A warp's S accumulators (16 rows x 32 KS keys) -> the 8-bit A fragments of P.V's KS k-steps,
+// keys in the order of fp8_v_key_at.
+template <int KS>
+__device__ __forceinline__ void accumulators_to_e4m3_a_fragments(uint32_t (&a)[1][KS][4],
+                                                                 const float (&c)[1][4 * KS][4]) {
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    const float(&low0)[4] = c[0][4 * ks];  // keys 2t, 2t + 1 of the group (rows g, g + 8)
+    const float(&low1)[4] = c[0][4 * ks + 1];  // keys 8 + 2t, 9 + 2t
+    const float(&high0)[4] = c[0][4 * ks + 2];  // the same plus 16
+    const float(&high1)[4] = c[0][4 * ks + 3];
+    a[0][ks][0] = pack_e4m3x4(low0[0], low0[1], low1[0], low1[1]);
+    a[0][ks][1] = pack_e4m3x4(low0[2], low0[3], low1[2], low1[3]);
+    a[0][ks][2] = pack_e4m3x4(high0[0], high0[1], high1[0], high1[1]);
+    a[0][ks][3] = pack_e4m3x4(high0[2], high0[3], high1[2], high1[3]);
+  }
+}
+
+}  // namespace arch
+}  // namespace flash
