@@ -75,7 +75,7 @@ def emulated(qf, kf, vf, softmax_scale, options):
 FP8_MMA_ACCUMULATOR_BITS = 13  # the module docstring: ~14 on Hopper, one bit of margin
 
 
-def mma_allowance(q8, k8, descales, softmax_scale):
+def mma_allowance(q8, k8, descales, softmax_scale, bits=FP8_MMA_ACCUMULATOR_BITS):
     """(batch, nheads, seqlen_q) fp64: per query row, 2^-13 * softmax_scale * max over keys of
     sum_d |q_d k_d| of the dequantized inputs, the bound on a score's error from an fp8 MMA's
     narrow accumulator (module docstring). Softcap (slope <= 1) and ALiBi (exact) do not widen it."""
@@ -83,19 +83,21 @@ def mma_allowance(q8, k8, descales, softmax_scale):
     kf = kf.repeat_interleave(qf.shape[2] // kf.shape[2], dim=2)
     sums = torch.einsum("bthd,bshd->bhts", qf.abs(), kf.abs())
     widest = sums.amax(-1) if sums.shape[-1] > 0 else sums.new_zeros(sums.shape[:-1])
-    return widest * softmax_scale * 2.0 ** -FP8_MMA_ACCUMULATOR_BITS
+    return widest * softmax_scale * 2.0 ** -bits
 
 
-def references(q8, k8, v8, descales, softmax_scale, causal, window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
-    """((ref_out, ref_lse) fp64, (pt_out, pt_lse) fp32, the lse's MMA allowance (mma_allowance) where
-    the kernel runs on a GPU, else 0) of quantized dense inputs and their descales."""
+def references(q8, k8, v8, descales, softmax_scale, causal, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+               accumulator_bits=FP8_MMA_ACCUMULATOR_BITS):
+    """((ref_out, ref_lse) fp64, (pt_out, pt_lse) fp32, the lse's MMA allowance (mma_allowance, of
+    accumulator_bits) where the kernel runs on a GPU, else 0) of quantized dense inputs and their
+    descales."""
     ref = attention_ref(*(dequantize(x, d) for x, d in zip((q8, k8, v8), descales)), causal=causal,
                         softmax_scale=softmax_scale, compute_dtype=torch.float64, window_size=window_size,
                         softcap=softcap, alibi_slopes=alibi_slopes)
     window = normalize_window(window_size, causal, k8.shape[1])
     options = ScoreOptions(window=window, softcap=softcap, alibi_slopes=alibi_slopes)
     pt = emulated(*(dequantize(x, d, torch.float32) for x, d in zip((q8, k8, v8), descales)), softmax_scale, options)
-    allowance = mma_allowance(q8, k8, descales, softmax_scale) if torch.cuda.is_available() else 0.0
+    allowance = mma_allowance(q8, k8, descales, softmax_scale, accumulator_bits) if torch.cuda.is_available() else 0.0
     return ref, pt, allowance
 
 
