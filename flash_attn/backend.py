@@ -31,10 +31,14 @@ def op_for(q, name):
     return getattr(torch.ops.flash_attn, name).default
 
 
-@torch.compiler.assume_constant_result  # a fact of the build and the GPU: torch.compile traces the choice
 @functools.lru_cache(maxsize=None)
-def _cuda_fp8_headdims(device_index):
+def _query_cuda_fp8_headdims(device_index):
     return ops.fp8_forward_headdims(device_index)
+
+
+@torch.compiler.assume_constant_result  # a fact of the build and the GPU: torch.compile bakes the choice in
+def _cuda_fp8_headdims(device_index):
+    return _query_cuda_fp8_headdims(device_index)
 
 
 def _cuda_fp8_serves(q, varlen, softcap, alibi_slopes):

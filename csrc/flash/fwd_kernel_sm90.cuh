@@ -145,7 +145,7 @@ struct Sm90ForwardRows {
   // Rescales O for the latest block and converts its P to the A operand of its P.V (dropout
   // zeroes the dropped entries there, two per instruction; e4m3 P has no dropout).
   __device__ __forceinline__ void convert(const Dropout& dropout) {
-    OnlineSoftmax<1>::rescale_output(acc, rescale);
+    OnlineSoftmax<1>::rescale_output_where_needed(acc, rescale);
     if constexpr (sizeof(T) == 1)
       arch::accumulators_to_e4m3_a_fragments(probs, scores);
     else
