@@ -6,9 +6,6 @@
 // A thread owns, for each of its MT row atoms, arch::kAccRows rows (the arch layer says which
 // accumulator values belong to which row); the lanes sharing a row reduce the max with shuffles.
 // The sum stays per-thread until `finalize` (rescaling is linear, so partial sums can wait).
-// A row's max and sum over the thread's values are reduced as a tree and as kSumChains interleaved
-// partial sums: a chain of one dependent max or add per value was the longest latency chain of the
-// Hopper forward's step (benchmarks/NOTES.md v21).
 #pragma once
 
 #include <cmath>
@@ -16,20 +13,6 @@
 #include "arch/arch.cuh"
 
 namespace flash {
-
-// The maximum of v[kBegin, kBegin + kCount) as a pairwise tree, log2(kCount) dependent levels deep
-// (indices are compile-time, so v stays in registers).
-template <int kBegin, int kCount, int N>
-__device__ __forceinline__ float tree_max(const float (&v)[N]) {
-  if constexpr (kCount == 1) {
-    return v[kBegin];
-  } else {
-    constexpr int kHalf = kCount / 2;
-    return fmaxf(tree_max<kBegin, kHalf>(v), tree_max<kBegin + kHalf, kCount - kHalf>(v));
-  }
-}
-
-constexpr int kSumChains = 4;  // independent partial sums per row (update_probs adds them as a pair of pairs)
 
 template <int MT>
 struct OnlineSoftmax {
@@ -67,20 +50,21 @@ struct OnlineSoftmax {
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < arch::kAccRows; ++h) {
-        constexpr int kValues = NT * arch::kAccValuesPerRow;
-        float values[kValues + 1];
+        float block_max = row_max[mt][h];
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+        for (int nt = 0; nt < NT; ++nt) {
+          float atom_max = scores[mt][nt][arch::acc_value(h, 0)];
 #pragma unroll
-          for (int j = 0; j < arch::kAccValuesPerRow; ++j)
-            values[nt * arch::kAccValuesPerRow + j] = scores[mt][nt][arch::acc_value(h, j)];
-        values[kValues] = row_max[mt][h];
-        const float block_max = arch::row_max(tree_max<0, kValues + 1>(values));
+          for (int j = 1; j < arch::kAccValuesPerRow; ++j)
+            atom_max = fmaxf(atom_max, scores[mt][nt][arch::acc_value(h, j)]);
+          block_max = fmaxf(block_max, atom_max);
+        }
+        block_max = arch::row_max(block_max);
         const float max_scaled = block_max == -INFINITY ? 0.f : block_max * scale_log2;
         rescale[mt][h] =
             row_max[mt][h] == -INFINITY ? 0.f : arch::exp2_approx(row_max[mt][h] * scale_log2 - max_scaled);
         row_max[mt][h] = block_max;
-        float sums[kSumChains] = {row_sum[mt][h] * rescale[mt][h]};
+        float sum = row_sum[mt][h] * rescale[mt][h];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -88,9 +72,9 @@ struct OnlineSoftmax {
             float& x = scores[mt][nt][arch::acc_value(h, j)];
             const float p = arch::exp2_approx(fmaf(x, scale_log2, -max_scaled));
             x = p;
-            sums[(nt * arch::kAccValuesPerRow + j) % kSumChains] += p;
+            sum += p;
           }
-        row_sum[mt][h] = (sums[0] + sums[1]) + (sums[2] + sums[3]);
+        row_sum[mt][h] = sum;
       }
   }
 
