@@ -98,15 +98,15 @@ struct BwdConfigVPInRegisters : BwdConfig<kHeadDim, kBlockM, kBlockN, kWarps, kW
   static_assert(Base::kScoreBytes + Base::kStageBytes >= Base::kKVBytes, "dV leaves through the place after K");
 };
 
-// A BwdConfig that splits the head dim over waves in every phase, for head dims whose dK and dV
-// tiles leave a wave no room for a whole score tile next to them (CDNA at hd 192 and 256, where
-// 64 KiB of LDS holds one 32 x 32 score tile per step). kScoreWarpsAlongDims waves share each
-// score tile, each over its slice of the head dim (bwd_score_split.cuh: slice 0 sums the partial
-// S^T and dP^T through shared memory and alone writes P^T and dS^T there); dK / dV and dQ are split
-// by head-dim columns, every wave on all kBlockN keys and all kBlockM queries. kVInRegisters keeps
-// V in registers, each wave its slice of the head dim (V passes through the first stage's place
-// and dV leaves through the place after K, as in BwdConfigVPInRegisters). Shared memory: K, V
-// unless in registers, P^T, dS^T, the stages, then the partial products.
+// A BwdConfig that splits the head dim over waves in every phase, for head dims where one wave
+// cannot hold a key block's dK and dV and the step has fewer score atoms than waves (CDNA at hd
+// 192 and 256, where 64 KiB of LDS holds one 32 x 32 score tile per step). kScoreWarpsAlongDims
+// waves share each score tile, each over its slice of the head dim (bwd_score_split.cuh: slice 0
+// sums the partial S^T and dP^T through shared memory and alone writes P^T and dS^T there); dK /
+// dV and dQ are split by head-dim columns, every wave on all kBlockN keys and all kBlockM queries.
+// kVInRegisters keeps V in registers, each wave its slice of the head dim (V passes through the
+// first stage's place and dV leaves through the place after K, as in BwdConfigVPInRegisters).
+// Shared memory: K, V unless in registers, P^T, dS^T, the stages, then the partial products.
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kScoreWarpsAlongDims, bool kVInRegisters_>
 struct BwdConfigDimSplit : BwdConfig<kHeadDim, kBlockM, kBlockN, kWarps, kWarps, 1, 1> {
   using Base = BwdConfig<kHeadDim, kBlockM, kBlockN, kWarps, kWarps, 1, 1>;

@@ -1,9 +1,10 @@
 // The backward's score tiles (S^T = K.Q^T and dP^T = V.dO^T, keys x queries) split over waves by
-// head dim, for head dims whose gradient tiles leave no wave room for a whole score tile next to
-// its share of dK and dV (CDNA at hd 192 and 256: BwdConfigDimSplit, bwd_kernel.cuh). The head dim
-// is the k of both products: kWarpsAlongDims waves compute the same tile over their own slices of
-// it, and the partial products are summed in shared memory by the wave of slice 0, which alone
-// goes on to P^T and dS^T. With one wave per tile (every other config) there is nothing to sum.
+// head dim, for a step with fewer score atoms than waves (CDNA at hd 192 and 256, BwdConfigDimSplit
+// in bwd_kernel.cuh: 64 KiB of LDS holds one 32 x 32 score tile per step, and 2 waves split dK and
+// dV by head dim). The head dim is the k of both products: kWarpsAlongDims waves compute the same
+// tile over their own slices of it, and the partial products are summed in shared memory by the
+// wave of slice 0, which alone goes on to P^T and dS^T. With one wave per tile (every other
+// config) there is nothing to sum.
 #pragma once
 
 #include "arch/arch.cuh"

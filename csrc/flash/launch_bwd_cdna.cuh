@@ -35,9 +35,10 @@ namespace flash {
 // hd 192 and 256: 64-query steps do not fit (K, Q and dO alone: 77312 B at hd 192), and a 32 x 32
 // step on one wave spilled (hd 192 on gfx90a: 19 VGPRs of bf16, 61-64 with the score extras, ROCm
 // 5.2's compiler keeping the row bounds of a 1-wave tile load live; hd 256, V in registers next to
-// 256 fp32 of dK and dV per lane: 13-257 VGPRs on both targets). So 32 queries x 32 keys on 2 waves that split the head dim:
-// both compute the one score tile over half the head dim each (summed through LDS), and each owns
-// half of dK, dV (32 keys x hd / 2) and dQ (32 queries x hd / 2, one column atom at a time).
+// 256 fp32 of dK and dV per lane: 13-257 VGPRs on both targets). So 32 queries x 32 keys on 2 waves
+// that split the head dim: both compute the one score tile over half the head dim each (summed
+// through LDS), and each owns half of dK, dV (32 keys x hd / 2) and dQ (32 queries x hd / 2, one
+// column atom at a time: the whole half spilled 23-28 VGPRs in gfx942's hd 256 extras kernel).
 //   hd 192: K + V 25600, P^T + dS^T 5120, stage 25856, S^T / dP^T partials 8192 = 64768 B;
 //   hd 256: K, V, Q and dO at 32 rows alone are 67584 B, so V stays in registers (each wave its
 //   half of the head dim, 32 VGPRs): K 16896 + 5120 + stage 34048 + partials 8192 = 64256 B.
