@@ -35,7 +35,9 @@ struct ScoreDimSplit {
 };
 
 // One wave's fp32 fragment (kAtomM*MT x kAtomN*NT) in shared memory, 4 registers per lane at a time,
-// the lanes side by side: lane L's registers 4g..4g+3 at floats (g * kWarpSize + L) * 4.
+// the lanes side by side: lane L's registers 4g..4g+3 at floats (g * kWarpSize + L) * 4 (16-byte
+// LDS accesses).
+static_assert(arch::kAccRegs % 4 == 0, "whole groups of 4 accumulator registers");
 template <int MT, int NT>
 __device__ __forceinline__ void store_fragment(float* dst, const float (&c)[MT][NT][arch::kAccRegs], int lane) {
 #pragma unroll
