@@ -45,10 +45,12 @@ PROBE_WAVES = 4  # hip/probe_attention_block.hip kWaves
 # flash::fwd_kernel<T, flash::FwdConfig<head dim, block m, block n, warps>, kScoreExtras> as mangled
 _FWD_NAME = re.compile(r"_ZN5flash10fwd_kernelI(\w+?)NS_9FwdConfigILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEELb([01])EEE"
                        r"vNS_9FwdParamsE$")
-# flash::bwd_kernel<T, flash::BwdConfig<head dim, block m, block n, warps, three warp grids>, kScoreExtras>, or
-# with flash::BwdConfigVPInRegisters<head dim, block m, block n, warps, dQ grid> (V and P^T in registers)
-_BWD_NAME = re.compile(r"_ZN5flash10bwd_kernelI(\w+?)NS_(9BwdConfig|22BwdConfigVPInRegisters)ILi(\d+)ELi(\d+)"
-                       r"ELi(\d+)ELi(\d+)(?:ELi\d+)+EEELb([01])EEEvNS_9BwdParamsEi$")
+# flash::bwd_kernel<T, flash::BwdConfig<head dim, block m, block n, warps, three warp grids>, kScoreExtras>,
+# with flash::BwdConfigVPInRegisters<head dim, block m, block n, warps, dQ grid> (V and P^T in registers), or
+# with flash::BwdConfigDimSplit<head dim, block m, block n, warps, score waves along dims, V in registers>
+_BWD_NAME = re.compile(r"_ZN5flash10bwd_kernelI(\w+?)NS_(9BwdConfig|22BwdConfigVPInRegisters|17BwdConfigDimSplit)"
+                       r"ILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)(?:ELi\d+)+(?:ELb([01]))?EEELb([01])EEEvNS_9BwdParamsEi$")
+_BWD_VARIANTS = {"9BwdConfig": "", "22BwdConfigVPInRegisters": "_vp", "17BwdConfigDimSplit": "_split"}
 # flash::bwd_preprocess_kernel<T, head dim> (8 waves) and flash::convert_dq_kernel<T, head dim> (4 waves)
 _BWD_HELPER_NAME = re.compile(r"_ZN5flash(21bwd_preprocess|17convert_dq)_kernelI(\w+?)Li(\d+)EEEvNS_9BwdParamsE$")
 _BWD_HELPER_WAVES = {"21bwd_preprocess": ("bwd_preprocess", 8), "17convert_dq": ("convert_dq", 4)}
@@ -67,7 +69,8 @@ _DYNAMIC_LDS = re.compile(r"^((?:fwd|bwd|splitkv)_lds_\d+_\d+_\d+_\d+):[^\n]*\n\
 
 def _tiled_spec(kind, element_type, tile, extras, variant=""):
     """Spec of a forward or backward main kernel: tile (head dim, block m, block n, warps); variant
-    "_vp" for a backward with V and P^T in registers."""
+    "_vp" for a backward with V and P^T in registers, "_split" for one that splits the head dim over
+    waves (BwdConfigDimSplit), "_split_v" for that with V in registers."""
     dtype = _ELEMENT_TYPES[element_type]
     label = f"{kind}_{dtype}_hd{tile[0]}_m{tile[1]}n{tile[2]}w{tile[3]}{variant}" + ("_extras" if extras == "1" else "")
     return dict(label=label, dtype=dtype, atom=FWD_ATOM, waves=tile[3], tile=tile,
@@ -105,8 +108,8 @@ def kernel_spec(kernel):
         return _tiled_spec("fwd", match.group(1), tuple(int(g) for g in match.groups()[1:5]), match.group(6))
     match = _BWD_NAME.match(kernel)
     if match and match.group(1) in _ELEMENT_TYPES:
-        variant = "_vp" if match.group(2) == "22BwdConfigVPInRegisters" else ""
-        return _tiled_spec("bwd", match.group(1), tuple(int(g) for g in match.groups()[2:6]), match.group(7), variant)
+        variant = _BWD_VARIANTS[match.group(2)] + ("_v" if match.group(7) == "1" else "")
+        return _tiled_spec("bwd", match.group(1), tuple(int(g) for g in match.groups()[2:6]), match.group(8), variant)
     match = _BWD_HELPER_NAME.match(kernel)
     if match and match.group(2) in _ELEMENT_TYPES:
         return _helper_spec(*_BWD_HELPER_WAVES[match.group(1)], match.group(2), match.group(3))

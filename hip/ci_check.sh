@@ -3,7 +3,7 @@
 # compile the CDNA probe (hip/probe_attention_block.hip), the sm80-family forward
 # (hip/fwd_kernels_cdna.hip: fwd_kernel.cuh for fp16 / bf16, head dims 32 to 256, plain and
 # score-extras), the sm80-family backward (hip/bwd_kernels_cdna.hip: bwd_kernel.cuh with its
-# preprocess and dQ convert, fp16 / bf16, head dims 32 to 128, plain and score-extras), the split-KV
+# preprocess and dQ convert, fp16 / bf16, head dims 32 to 256, plain and score-extras), the split-KV
 # decode (hip/kvcache_kernels_cdna.hip: the append / rotary, split-KV (contiguous and paged cache)
 # and combine kernels, fp16 / bf16, head dims 32 to 256) and the arch layer's compile-only coverage
 # (tests/hip/cdna_api_compile.hip) against that tree for

@@ -210,6 +210,9 @@ _BWD_FP16 = "_ZN5flash10bwd_kernelI6__halfNS_9BwdConfigILi64ELi64ELi64ELi4ELi2EL
 _BWD_BF16 = "_ZN5flash10bwd_kernelI14__hip_bfloat16NS_9BwdConfigILi32ELi64ELi64ELi2ELi2ELi2ELi2EEELb1EEEvNS_9BwdParamsEi"
 _BWD_VP = "_ZN5flash10bwd_kernelI6__halfNS_22BwdConfigVPInRegistersILi128ELi64ELi64ELi2ELi2EEELb0EEEvNS_9BwdParamsEi"
 _BWD_EXTRAS_M32 = "_ZN5flash10bwd_kernelI6__halfNS_9BwdConfigILi96ELi32ELi32ELi1ELi1ELi1ELi1EEELb1EEEvNS_9BwdParamsEi"
+_BWD_SPLIT = "_ZN5flash10bwd_kernelI6__halfNS_17BwdConfigDimSplitILi192ELi32ELi32ELi2ELi2ELb0EEELb0EEEvNS_9BwdParamsEi"
+_BWD_SPLIT_V = ("_ZN5flash10bwd_kernelI14__hip_bfloat16NS_17BwdConfigDimSplitILi256ELi32ELi32ELi2ELi2ELb1EEELb1EEEvNS_"
+                "9BwdParamsEi")
 _PREPROCESS = "_ZN5flash21bwd_preprocess_kernelI6__halfLi64EEEvNS_9BwdParamsE"
 _CONVERT_DQ = "_ZN5flash17convert_dq_kernelI12hip_bfloat16Li32EEEvNS_9BwdParamsE"
 
@@ -219,21 +222,26 @@ _CONVERT_DQ = "_ZN5flash17convert_dq_kernelI12hip_bfloat16Li32EEEvNS_9BwdParamsE
     ("gfx942", _BWD_BF16, "v_mfma_f32_32x32x8_bf16", "bwd_bf16_hd32_m64n64w2_extras", 2),
     ("gfx90a", _BWD_VP, "v_mfma_f32_32x32x8f16", "bwd_fp16_hd128_m64n64w2_vp", 2),
     ("gfx942", _BWD_EXTRAS_M32, "v_mfma_f32_32x32x8_f16", "bwd_fp16_hd96_m32n32w1_extras", 1),
+    ("gfx90a", _BWD_SPLIT, "v_mfma_f32_32x32x8f16", "bwd_fp16_hd192_m32n32w2_split", 2),
+    ("gfx942", _BWD_SPLIT_V, "v_mfma_f32_32x32x8_bf16", "bwd_bf16_hd256_m32n32w2_split_v_extras", 2),
     ("gfx90a", _PREPROCESS, None, "bwd_preprocess_fp16_hd64", 8),
     ("gfx942", _CONVERT_DQ, None, "convert_dq_bf16_hd32", 4),
 ])
 def test_isa_check_knows_the_backward_kernels(target, kernel, mnemonic, label, waves):
-    """bwd_kernel<T, BwdConfig<hd, m, n, waves, 3 warp grids> or BwdConfigVPInRegisters<hd, m, n, waves, dQ grid>,
-    extras> on the 32x32x8 atom, its dynamic LDS
+    """bwd_kernel<T, BwdConfig<hd, m, n, waves, 3 warp grids>, BwdConfigVPInRegisters<hd, m, n, waves, dQ grid>
+    or BwdConfigDimSplit<hd, m, n, waves, waves per score tile, V in registers>, extras> on the 32x32x8
+    atom, its dynamic LDS
     from the bwd_lds_<hd>_<m>_<n>_<waves> constant; the preprocess and dQ convert have no MFMA and no
     dynamic LDS."""
     spec = check_isa.kernel_spec(kernel)
     assert check_isa.expected_mfma(kernel, target) == mnemonic
     assert spec["label"] == label and spec["waves"] == waves
     dynamic = {"bwd_lds_64_64_64_4": 55808, "bwd_lds_32_64_64_2": 39424, "bwd_lds_128_64_64_2": 61952,
-               "bwd_lds_96_32_32_1": 31872}
+               "bwd_lds_96_32_32_1": 31872, "bwd_lds_192_32_32_2": 64768, "bwd_lds_256_32_32_2": 64256}
     expected_lds = {"bwd_fp16_hd64_m64n64w4": 55808, "bwd_bf16_hd32_m64n64w2_extras": 39424,
-                    "bwd_fp16_hd128_m64n64w2_vp": 61952, "bwd_fp16_hd96_m32n32w1_extras": 31872}.get(label, 0)
+                    "bwd_fp16_hd128_m64n64w2_vp": 61952, "bwd_fp16_hd96_m32n32w1_extras": 31872,
+                    "bwd_fp16_hd192_m32n32w2_split": 64768,
+                    "bwd_bf16_hd256_m32n32w2_split_v_extras": 64256}.get(label, 0)
     assert check_isa.lds_bytes(kernel, {"lds": 0}, dynamic) == expected_lds
 
 

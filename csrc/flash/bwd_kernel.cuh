@@ -11,13 +11,16 @@
 // On CDNA (launch_bwd_cdna.cuh) the copies are synchronous, and the products whose operands are
 // not stored k-contiguous (dO and Q in phase 2, dS^T and K in phase 3) read them with 2-byte LDS
 // reads (arch/cdna_gemm.cuh). Where 64 KiB of LDS cannot hold V and P^T as well, the CDNA tiles
-// keep them in registers (BwdConfigVPInRegisters: the A operands of dP^T and dV).
+// keep them in registers (BwdConfigVPInRegisters: the A operands of dP^T and dV); at hd 192 and 256
+// the waves split the head dim in every phase instead, the score tile's k included, and sum its
+// partial products through shared memory (BwdConfigDimSplit, bwd_score_split.cuh).
 #pragma once
 
 #include "arch/arch.cuh"
 #include "bwd_fragments.cuh"
 #include "bwd_key_block.cuh"
 #include "bwd_register_operands.cuh"
+#include "bwd_score_split.cuh"
 #include "common.cuh"
 #include "dropout.cuh"
 #include "fragment_scores.cuh"
@@ -53,6 +56,7 @@ struct BwdConfig {
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * arch::kWarpSize;
   using ScoreGrid = WarpGrid<kBlockN, kBlockM, kWarps, kScoreWarpsAlongKeys>;  // S^T, dP^T
+  using ScoreSplit = ScoreDimSplit<kHeadDim, 1>;  // one wave per score tile: no partial products
   using KVGrid = WarpGrid<kBlockN, kHeadDim, kWarps, kKVWarpsAlongKeys>;       // dK, dV
   using DqGrid = WarpGrid<kBlockM, kHeadDim, kWarps, kDqWarpsAlongQueries>;    // dQ
   static constexpr int kStride = padded_stride<kHeadDim>();
@@ -67,6 +71,8 @@ struct BwdConfig {
   static constexpr bool kPtInRegisters = false;
   static constexpr int kVElements = kBlockN * kStride;
   static constexpr int kPtElements = kBlockN * kScoreStride;
+  static constexpr int kScorePartialBytes = 0;  // after the stages (BwdConfigDimSplit)
+  static constexpr int kDqColumnPasses = 1;      // dQ's warp tile in one pass (accumulate_dq)
   static_assert(kBlockM >= kMinBwdBlockM, "the deterministic counters are sized for kMinBwdBlockM");
   static_assert(kHeadDim % arch::kAtomK == 0 && kBlockM % arch::kAtomK == 0 && kBlockN % arch::kAtomK == 0,
                 "whole k-steps");
@@ -90,6 +96,38 @@ struct BwdConfigVPInRegisters : BwdConfig<kHeadDim, kBlockM, kBlockN, kWarps, kW
   }
   static_assert(Base::kStageBytes >= Base::kKVBytes, "V passes through a stage's place");
   static_assert(Base::kScoreBytes + Base::kStageBytes >= Base::kKVBytes, "dV leaves through the place after K");
+};
+
+// A BwdConfig that splits the head dim over waves in every phase, for head dims where one wave
+// cannot hold a key block's dK and dV and the step has fewer score atoms than waves (CDNA at hd
+// 192 and 256, where 64 KiB of LDS holds one 32 x 32 score tile per step). kScoreWarpsAlongDims
+// waves share each score tile, each over its slice of the head dim (bwd_score_split.cuh: slice 0
+// sums the partial S^T and dP^T through shared memory and alone writes P^T and dS^T there); dK /
+// dV and dQ are split by head-dim columns, every wave on all kBlockN keys and all kBlockM queries.
+// kVInRegisters keeps V in registers, each wave its slice of the head dim (V passes through the
+// first stage's place and dV leaves through the place after K, as in BwdConfigVPInRegisters).
+// Shared memory: K, V unless in registers, P^T, dS^T, the stages, then the partial products.
+template <int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kScoreWarpsAlongDims, bool kVInRegisters_>
+struct BwdConfigDimSplit : BwdConfig<kHeadDim, kBlockM, kBlockN, kWarps, kWarps, 1, 1> {
+  using Base = BwdConfig<kHeadDim, kBlockM, kBlockN, kWarps, kWarps, 1, 1>;
+  static constexpr int kScoreTiles = kWarps / kScoreWarpsAlongDims;
+  using ScoreGrid = WarpGrid<kBlockN, kBlockM, kScoreTiles, kScoreTiles>;  // S^T, dP^T: its waves are the tiles
+  using ScoreSplit = ScoreDimSplit<kHeadDim, kScoreWarpsAlongDims>;
+  static constexpr bool kVInRegisters = kVInRegisters_;
+  // dQ one column atom at a time: a whole 32 x 128 tile (64 fp32 per lane at hd 256) next to dK, dV
+  // and V spilled 23-28 VGPRs in gfx942's score-extras kernel (benchmarks/NOTES.md).
+  static constexpr int kDqColumnPasses = Base::DqGrid::kNT;
+  static constexpr int kVElements = kVInRegisters ? 0 : Base::kVElements;
+  static constexpr int kScorePartialBytes =
+      ScoreSplit::template partial_bytes<ScoreGrid::kMT, ScoreGrid::kNT>(kScoreTiles);
+  static constexpr int smem_bytes(int stages) {
+    return (kVInRegisters ? 1 : 2) * Base::kKVBytes + 2 * Base::kScoreBytes + stages * Base::kStageBytes +
+           kScorePartialBytes;
+  }
+  static_assert(kWarps % kScoreWarpsAlongDims == 0, "whole score tiles");
+  static_assert(!kVInRegisters || Base::kStageBytes >= Base::kKVBytes, "V passes through a stage's place");
+  static_assert(!kVInRegisters || Base::kScoreBytes + Base::kStageBytes >= Base::kKVBytes,
+                "dV leaves through the place after K");
 };
 
 // One stage of per-query-block inputs in shared memory.
@@ -124,7 +162,7 @@ __device__ __forceinline__ void load_query_stage_async(const QueryStage<T, Cfg>&
 }
 
 // V, when the config keeps it in registers: through the first stage's place in shared memory (free
-// until the first query block loads), into this warp's score-phase rows.
+// until the first query block loads), into this warp's score-phase rows and head-dim slice.
 template <typename T, typename Cfg, typename KeyBlock>
 __device__ __forceinline__ void load_v_operands(VOperands<T, Cfg>& v_ops, unsigned char* stage_base,
                                                 const BwdParams& p, const KeyBlock& kb, int warp, int lane, int tid) {
@@ -134,34 +172,43 @@ __device__ __forceinline__ void load_v_operands(VOperands<T, Cfg>& v_ops, unsign
   arch::cp_async_commit();
   arch::cp_async_wait<0>();
   __syncthreads();
-  v_ops.load(staging, Cfg::ScoreGrid::row0(warp), lane);
+  using Split = typename Cfg::ScoreSplit;
+  v_ops.load(staging, Cfg::ScoreGrid::row0(Split::tile_warp(warp)), Split::dim0(warp), lane);
   __syncthreads();  // every warp holds its V before the first stage overwrites it
 }
 
 // Phase 1: this warp's tile of P^T (dropped entries zeroed) and dS^T (keys x queries), written to
-// shared memory as T (P^T into pt_ops instead when the config keeps it in registers).
+// shared memory as T (P^T into pt_ops instead when the config keeps it in registers). Where waves
+// share a tile (Cfg::ScoreSplit), each computes S^T and dP^T over its head-dim slice, and the wave
+// that sums them (through score_partials) writes P^T and dS^T.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const T* sK, const T* sV,
-                                                          const VOperands<T, Cfg>& v_ops, PtOperands<T, Cfg>& pt_ops,
-                                                          const QueryStage<T, Cfg>& stage, const BwdParams& p,
-                                                          const AttentionMask& mask, const ScoreMod& mod,
-                                                          const Dropout& dropout, bool needs_mask, int m0, int n0,
-                                                          int warp, int lane) {
+                                                          float* score_partials, const VOperands<T, Cfg>& v_ops,
+                                                          PtOperands<T, Cfg>& pt_ops, const QueryStage<T, Cfg>& stage,
+                                                          const BwdParams& p, const AttentionMask& mask,
+                                                          const ScoreMod& mod, const Dropout& dropout, bool needs_mask,
+                                                          int m0, int n0, int warp, int lane) {
   using Grid = typename Cfg::ScoreGrid;
-  constexpr int kMT = Grid::kMT, kNT = Grid::kNT, kKSteps = Cfg::kHeadDim / arch::kAtomK;
-  const int key0 = Grid::row0(warp), query0 = Grid::col0(warp);
+  using Split = typename Cfg::ScoreSplit;
+  constexpr int kMT = Grid::kMT, kNT = Grid::kNT, kKSteps = Split::kKSteps;
+  const int key0 = Grid::row0(Split::tile_warp(warp)), query0 = Grid::col0(Split::tile_warp(warp));
+  const int dim0 = Split::dim0(warp);
   float scores_t[kMT][kNT][arch::kAccRegs];  // S^T: (kAtomM*kMT keys x kAtomN*kNT queries)
   float dprobs_t[kMT][kNT][arch::kAccRegs];  // dP^T
   arch::zero_accumulators(scores_t);
   arch::zero_accumulators(dprobs_t);
   arch::warp_gemm_ss<kMT, kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
-      scores_t, sK, Cfg::kStride, key0, stage.q, Cfg::kStride, query0, lane);
+      scores_t, sK + dim0, Cfg::kStride, key0, stage.q + dim0, Cfg::kStride, query0, lane);
   if constexpr (Cfg::kVInRegisters) {
-    arch::warp_gemm_rs<kMT, kNT, kKSteps, arch::BLayout::kNK>(dprobs_t, v_ops.a, stage.dout, Cfg::kStride, query0,
-                                                              lane);
+    arch::warp_gemm_rs<kMT, kNT, kKSteps, arch::BLayout::kNK>(dprobs_t, v_ops.a, stage.dout + dim0, Cfg::kStride,
+                                                              query0, lane);
   } else {
     arch::warp_gemm_ss<kMT, kNT, kKSteps, arch::Layout::kRowMajorMK, arch::BLayout::kNK>(
-        dprobs_t, sV, Cfg::kStride, key0, stage.dout, Cfg::kStride, query0, lane);
+        dprobs_t, sV + dim0, Cfg::kStride, key0, stage.dout + dim0, Cfg::kStride, query0, lane);
+  }
+  if constexpr (Split::kWarpsAlongDims > 1) {
+    sum_score_partials<Split>(scores_t, dprobs_t, score_partials, warp, lane);
+    if (!Split::finishes(warp)) return;
   }
 
   scores_to_logits</*kRowsAreKeys=*/true>(scores_t, mask, mod, needs_mask, n0 + key0, m0 + query0, lane);
@@ -179,19 +226,24 @@ __device__ __forceinline__ void compute_probs_and_dscores(T* sPt, T* sdSt, const
   arch::store_accumulators<kMT, kNT, T>(sdSt, Cfg::kScoreStride, key0, query0, dprobs_t, lane);
 }
 
-// Phase 3: dQ (queries x head dim) of this warp's tile, added into the float32 buffer.
+// Phase 3: dQ (queries x head dim) of this warp's tile, added into the float32 buffer in
+// Cfg::kDqColumnPasses passes over its columns (fewer accumulators live at once).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void accumulate_dq(const T* sdSt, const T* sK, const BwdParams& p, float* accum,
                                               bool overwrite, const SequenceView& seq, int head, int m0, int warp,
                                               int lane) {
   using Grid = typename Cfg::DqGrid;
-  constexpr int kMT = Grid::kMT, kNT = Grid::kNT;
-  const int query0 = Grid::row0(warp), dim0 = Grid::col0(warp);
-  float dq[kMT][kNT][arch::kAccRegs];  // (kAtomM*kMT queries x kAtomN*kNT head dims)
-  arch::zero_accumulators(dq);
-  arch::warp_gemm_ss<kMT, kNT, Cfg::kBlockN / arch::kAtomK, arch::Layout::kColMajorKM, arch::BLayout::kKN>(
-      dq, sdSt, Cfg::kScoreStride, query0, sK, Cfg::kStride, dim0, lane);
-  add_dq_fragment<Cfg::kHeadDim>(dq, p, accum, overwrite, seq, head, m0, query0, dim0, lane);
+  constexpr int kMT = Grid::kMT, kNT = Grid::kNT / Cfg::kDqColumnPasses;
+  const int query0 = Grid::row0(warp);
+#pragma unroll
+  for (int pass = 0; pass < Cfg::kDqColumnPasses; ++pass) {
+    const int dim0 = Grid::col0(warp) + pass * kNT * arch::kAtomN;
+    float dq[kMT][kNT][arch::kAccRegs];  // (kAtomM*kMT queries x kAtomN*kNT head dims)
+    arch::zero_accumulators(dq);
+    arch::warp_gemm_ss<kMT, kNT, Cfg::kBlockN / arch::kAtomK, arch::Layout::kColMajorKM, arch::BLayout::kKN>(
+        dq, sdSt, Cfg::kScoreStride, query0, sK, Cfg::kStride, dim0, lane);
+    add_dq_fragment<Cfg::kHeadDim>(dq, p, accum, overwrite, seq, head, m0, query0, dim0, lane);
+  }
 }
 
 // kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
@@ -205,6 +257,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
   T* sPt = sV + Cfg::kVElements;                         // (kBlockN, kScoreStride) unless in registers
   T* sdSt = sPt + Cfg::kPtElements;                      // (kBlockN, kScoreStride)
   unsigned char* stage_base = reinterpret_cast<unsigned char*>(sdSt + kBlockN * Cfg::kScoreStride);
+  float* score_partials = reinterpret_cast<float*>(stage_base + stages * Cfg::kStageBytes);  // kScorePartialBytes
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize, warp = tid / arch::kWarpSize;
   const auto kb = BwdKeyBlock<kBlockM, kBlockN>::current(p);
@@ -249,8 +302,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel(const BwdParams p, i
 
     const bool needs_mask = !mask.block_fully_visible(m0, kBlockM, n0, kBlockN);
     PtOperands<T, Cfg> pt_ops;
-    compute_probs_and_dscores<T, Cfg>(sPt, sdSt, sK, sV, v_ops, pt_ops, stage, p, mask, mod, dropout, needs_mask, m0,
-                                      n0, warp, lane);
+    compute_probs_and_dscores<T, Cfg>(sPt, sdSt, sK, sV, score_partials, v_ops, pt_ops, stage, p, mask, mod, dropout,
+                                      needs_mask, m0, n0, warp, lane);
     __syncthreads();
 
     constexpr int kKSteps = kBlockM / arch::kAtomK;

@@ -10,24 +10,25 @@
 
 namespace flash {
 
-// V's rows of this warp's score-phase tile, (kAtomM*kMT keys x kHeadDim), as register A operands,
+// V's rows of this warp's score-phase tile over its head-dim slice (Cfg::ScoreSplit: the whole head
+// dim unless waves share the tile), (kAtomM*kMT keys x ScoreSplit::kDims), as register A operands,
 // one per k-step.
 template <typename T, typename Cfg, bool = Cfg::kVInRegisters>
 struct VOperands {};
 
 template <typename T, typename Cfg>
 struct VOperands<T, Cfg, true> {
-  static constexpr int kMT = Cfg::ScoreGrid::kMT, kKSteps = Cfg::kHeadDim / arch::kAtomK;
+  static constexpr int kMT = Cfg::ScoreGrid::kMT, kKSteps = Cfg::ScoreSplit::kKSteps;
   arch::AFragment<T> a[kMT][kKSteps];
 
-  // From V stored (kBlockN, kStride) in shared memory: rows key0.. of it.
-  __device__ __forceinline__ void load(const T* sV, int key0, int lane) {
+  // From V stored (kBlockN, kStride) in shared memory: rows key0.., columns dim0.. of it.
+  __device__ __forceinline__ void load(const T* sV, int key0, int dim0, int lane) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ++ks)
         arch::load_a_fragment<arch::Layout::kRowMajorMK>(a[mt][ks], sV, Cfg::kStride, key0 + mt * arch::kAtomM,
-                                                         ks * arch::kAtomK, lane);
+                                                         dim0 + ks * arch::kAtomK, lane);
   }
 };
 

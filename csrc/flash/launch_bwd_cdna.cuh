@@ -19,7 +19,8 @@ namespace flash {
 // BwdConfig<hd, kBlockM (queries per step), kBlockN (keys per workgroup), waves, score-phase waves
 // along keys, dK/dV-phase waves along keys, dQ-phase waves along queries>; BwdConfigVPInRegisters<hd,
 // kBlockM, kBlockN, waves, dQ-phase waves along queries> keeps V and P^T in registers (every wave on
-// its own keys in the score and dK/dV phases).
+// its own keys in the score and dK/dV phases); BwdConfigDimSplit<hd, kBlockM, kBlockN, waves, waves
+// per score tile, V in registers> splits the head dim over the waves in every phase.
 // 64 queries x 64 keys: the plain kernel's step (kBlockN >= kBlockM for the deterministic dQ order,
 // dq_order.cuh). Its LDS with one stage, rows padded by 16 bytes: K + V, P^T + dS^T, then Q + dO +
 // lse + dsum,
@@ -31,6 +32,17 @@ namespace flash {
 // waves on 2 x 2 grids (32 x 32 tiles in every phase). The others run 2: hd 32's dK / dV tile (64
 // keys x 32 dims) is only two atoms, and V and P^T in registers want one wave per 32 keys of the
 // 64. With the LDS allowing one workgroup per CU, 2 of a CU's 4 SIMDs idle there.
+// hd 192 and 256: 64-query steps do not fit (K, Q and dO alone: 77312 B at hd 192), and a 32 x 32
+// step on one wave spilled (hd 192 on gfx90a: 19 VGPRs of bf16, 61-64 with the score extras, ROCm
+// 5.2's compiler keeping the row bounds of a 1-wave tile load live; hd 256, V in registers next to
+// 256 fp32 of dK and dV per lane: 13-257 VGPRs on both targets). So 32 queries x 32 keys on 2 waves
+// that split the head dim: both compute the one score tile over half the head dim each (summed
+// through LDS), and each owns half of dK, dV (32 keys x hd / 2) and dQ (32 queries x hd / 2, one
+// column atom at a time: the whole half spilled 23-28 VGPRs in gfx942's hd 256 extras kernel).
+//   hd 192: K + V 25600, P^T + dS^T 5120, stage 25856, S^T / dP^T partials 8192 = 64768 B;
+//   hd 256: K, V, Q and dO at 32 rows alone are 67584 B, so V stays in registers (each wave its
+//   half of the head dim, 32 VGPRs): K 16896 + 5120 + stage 34048 + partials 8192 = 64256 B.
+// The score-extras kernel runs the same tiles.
 // None of this is measured (no AMD GPU).
 template <int kHeadDim>
 struct BwdTileCdna {};  // no tile: run_bwd reports the head dim as not supported
@@ -38,6 +50,8 @@ template <> struct BwdTileCdna<32> { using type = BwdConfig<32, 64, 64, 2, 2, 2,
 template <> struct BwdTileCdna<64> { using type = BwdConfig<64, 64, 64, 4, 2, 2, 2>; };
 template <> struct BwdTileCdna<96> { using type = BwdConfigVPInRegisters<96, 64, 64, 2, 2>; };
 template <> struct BwdTileCdna<128> { using type = BwdConfigVPInRegisters<128, 64, 64, 2, 2>; };
+template <> struct BwdTileCdna<192> { using type = BwdConfigDimSplit<192, 32, 32, 2, 2, false>; };
+template <> struct BwdTileCdna<256> { using type = BwdConfigDimSplit<256, 32, 32, 2, 2, true>; };
 
 // The score-extras kernel (dropout's tests, softcap's and ALiBi's terms): the plain tile where it
 // fits. With V, P^T and 32 keys x hd of dK and dV per wave, hd 96 and 128 fill the 512 VGPRs and
@@ -47,14 +61,7 @@ template <> struct BwdTileCdna<128> { using type = BwdConfigVPInRegisters<128, 6
 //   hd 96: 32 queries x 32 keys on 1 wave (its dQ tile, 32 x 96, is 3 atoms: no even split over 2
 //   waves), K + V 13312, P^T + dS^T 5120, stage 13568 = 31872 B, two workgroups per CU;
 //   hd 128: 32 queries x 64 keys on 2 waves, K + V 34816, P^T + dS^T 10240, stage 17664 = 62720 B.
-// Either way 2 waves per CU, as the plain tiles.
-// hd 192 and 256 have no tile. 64-query steps: K and the stage alone need 77312 B at hd 192. With
-// 32-query steps, BwdConfig<192, 32, 32, 1, 1, 1, 1> fits (56576 B) and compiles without spills
-// for gfx942 (clang 19) and for gfx90a with clang 19, but with ROCm 5.2's clang 15, CI's gfx90a
-// compiler, it spills 19 VGPRs (bf16) and its extras kernel 61-64 (a 1-wave workgroup loads 16 rows
-// a thread per tile, and the compiler keeps their row bounds live);
-// at hd 256 only V in registers fits (K + dS^T + stage = 53504 B), and 256 fp32 of dK and dV plus
-// 64 VGPRs of V per lane spill on both targets (13-257 VGPRs). benchmarks/NOTES.md, CDNA backward.
+// Either way 2 waves per CU, as the plain tiles. benchmarks/NOTES.md, CDNA backward.
 template <int kHeadDim>
 struct BwdExtrasTileCdna : BwdTileCdna<kHeadDim> {};
 template <> struct BwdExtrasTileCdna<96> { using type = BwdConfig<96, 32, 32, 1, 1, 1, 1>; };
@@ -91,7 +98,7 @@ cudaError_t run_bwd_cdna(const BwdParams& params, cudaStream_t stream) {
 }
 
 // launch_api.h's entry point in a ROCm build: cudaErrorNotSupported (hipErrorNotSupported) for a
-// head dim without a CDNA tile (192, 256), so a build of every head dim links and the op layer
+// head dim without a CDNA tile (none today), so a build of every head dim links and the op layer
 // reports it (op_common.h check_launch).
 template <typename T, int kHeadDim>
 cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream) {

@@ -135,10 +135,11 @@ inline const char* launch_hint(cudaError_t err) {
   if (err == cudaErrorInvalidValue)
     return " (the kernel's shared memory may exceed this GPU's per-block limit: sm86/sm89 GPUs have 99 KB, the "
            "kernels are tuned for A100/H100)";
-  // Only the CDNA launchers return it: a (pass, head dim) without a tile that fits 64 KiB of LDS.
+  // Only the CDNA launchers return it: a (pass, head dim) without a tile that fits 64 KiB of LDS
+  // (every pass has one at every head dim today).
   if (err == cudaErrorNotSupported)
-    return " (no kernel for this pass and head dim on AMD GPUs in this build: the ROCm build has no backward at "
-           "head dims above 128; csrc/flash/launch_bwd_cdna.cuh says why)";
+    return " (no kernel for this pass and head dim on AMD GPUs in this build; csrc/flash/launch_*_cdna.cuh "
+           "list the tiles)";
   return "";
 }
 

@@ -3,7 +3,7 @@
 // cdna_mfma.cuh; the kernels' warp-GEMM interface (sm80_gemm.cuh's names, computed transposed) in
 // cdna_gemm.cuh; the lane -> element maps in cdna_layout.h (plain C++, host-tested). Status: the
 // probe, the sm80-family forward (fwd_kernel.cuh: hd 32 to 256) and backward (bwd_kernel.cuh: hd
-// 32 to 128) and the split-KV decode (kvcache_append_kernel.cuh, splitkv_kernel.cuh with the
+// 32 to 256) and the split-KV decode (kvcache_append_kernel.cuh, splitkv_kernel.cuh with the
 // cp.async loader, combine_kernel.cuh: hd 32 to 256) compile for gfx90a and gfx942 with
 // matrix-core instructions (hip/ci_check.sh); not yet run on AMD hardware.
 //
@@ -53,7 +53,8 @@
 // launch_fwd_cdna.cuh's tiles in 7, synchronous copies in 8) and for bwd_kernel (bwd_fragments.cuh
 // loops over row slots in 2 and 5, 2-byte reads for Q, dO, K and dS^T in 4, the backward's dropout
 // in 6, launch_bwd_cdna.cuh's tiles in 7, with V and P^T in registers at hd 96 and 128 for the
-// LDS budget: bwd_register_operands.cuh) and for splitkv_kernel (kAccRegs and AFragment in 1
+// LDS budget: bwd_register_operands.cuh; at hd 192 and 256 the head dim split over waves in every
+// phase: bwd_score_split.cuh) and for splitkv_kernel (kAccRegs and AFragment in 1
 // and 3, its loops in 5, V read with 2-byte reads in 4, launch_kvcache_cdna.cuh's tiles in 7, one
 // ring stage in 8). The items, as they were:
 //   1. Fragment shape. Accumulators are `float[MT][NT][4]` of 16x8 atoms (softmax.cuh,
