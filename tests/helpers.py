@@ -14,6 +14,9 @@ gradients) is accurate to its own dtype.
 """
 
 import dataclasses
+import os
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -351,3 +354,19 @@ GPU_TEST_MARKS = [
     ),
     pytest.mark.usefixtures("cuda_test_setup"),
 ]
+
+
+def run_sm90_layout_check(source, tmp_path):
+    """Compiles tests/cuda/<source> for sm_90a with nvcc and asserts that it prints "ALL OK" (the
+    stand-alone checks of the Hopper arch layer); skips without nvcc."""
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    nvcc = os.path.join(cuda_home, "bin", "nvcc")
+    nvcc = nvcc if os.path.exists(nvcc) else shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    binary = tmp_path / os.path.splitext(source)[0]
+    subprocess.run([nvcc, "-std=c++17", "-I", os.path.join(root, "csrc"), "-gencode=arch=compute_90a,code=sm_90a",
+                    os.path.join(root, "tests", "cuda", source), "-o", str(binary)], check=True)
+    result = subprocess.run([str(binary)], capture_output=True, text=True)
+    assert result.returncode == 0 and "ALL OK" in result.stdout, result.stdout + result.stderr

@@ -5,9 +5,6 @@ the public functions' choice between it and the Triton backend, torch.compile, a
 """
 
 import math
-import os
-import shutil
-import subprocess
 
 import pytest
 import torch
@@ -15,10 +12,7 @@ import torch
 import flash_attn
 from flash_attn import backend
 from fp8_checks import FP8, FP8_MMA_ACCUMULATOR_BITS, assert_fp8_close, quantize, references
-from helpers import GPU_TEST_MARKS
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+from helpers import GPU_TEST_MARKS, run_sm90_layout_check
 
 def _fp8_headdims():
     if not torch.cuda.is_available() or not flash_attn.ops.has_cuda_kernels():
@@ -31,22 +25,9 @@ pytestmark = GPU_TEST_MARKS + [
 ]
 
 
-def _nvcc():
-    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    candidate = os.path.join(cuda_home, "bin", "nvcc")
-    return candidate if os.path.exists(candidate) else shutil.which("nvcc")
-
-
 def test_e4m3_operand_layouts(tmp_path):
     """tests/cuda/wgmma_fp8_layouts.cu: the e4m3 S product and P.V through the permuted V, exactly."""
-    nvcc = _nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found")
-    binary = tmp_path / "wgmma_fp8_layouts"
-    subprocess.run([nvcc, "-std=c++17", "-I", os.path.join(ROOT, "csrc"), "-gencode=arch=compute_90a,code=sm_90a",
-                    os.path.join(ROOT, "tests", "cuda", "wgmma_fp8_layouts.cu"), "-o", str(binary)], check=True)
-    result = subprocess.run([str(binary)], capture_output=True, text=True)
-    assert result.returncode == 0 and "ALL OK" in result.stdout, result.stdout + result.stderr
+    run_sm90_layout_check("wgmma_fp8_layouts.cu", tmp_path)
 
 
 def _accumulator_bits(headdim):

@@ -7,43 +7,24 @@ test_gpu_attention.py, which on an H100/H200 runs them for every head dim they s
 the forward also at 96, 192 and 256, and those padded to them).
 """
 
-import os
-import shutil
-import subprocess
-
 import pytest
 import torch
 
 import flash_attn
 from feature_checks import Mods, check_dense, check_varlen
-from helpers import GPU_TEST_MARKS, check_flash_attn, require_kernel
+from helpers import GPU_TEST_MARKS, check_flash_attn, require_kernel, run_sm90_layout_check
 
 pytestmark = GPU_TEST_MARKS
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _is_hopper():
     return torch.cuda.get_device_capability() == (9, 0)
 
 
-def _nvcc():
-    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    candidate = os.path.join(cuda_home, "bin", "nvcc")
-    return candidate if os.path.exists(candidate) else shutil.which("nvcc")
-
-
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
 def test_wgmma_operand_layouts(tmp_path):
     """tests/cuda/wgmma_layouts.cu: K-major, MN-major and register operands against exact products."""
-    nvcc = _nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found")
-    binary = tmp_path / "wgmma_layouts"
-    subprocess.run([nvcc, "-std=c++17", "-I", os.path.join(ROOT, "csrc"), "-gencode=arch=compute_90a,code=sm_90a",
-                    os.path.join(ROOT, "tests", "cuda", "wgmma_layouts.cu"), "-o", str(binary)], check=True)
-    result = subprocess.run([str(binary)], capture_output=True, text=True)
-    assert result.returncode == 0 and "ALL OK" in result.stdout, result.stdout + result.stderr
+    run_sm90_layout_check("wgmma_layouts.cu", tmp_path)
 
 
 def _require_exact_kernel(headdim):
