@@ -38,6 +38,12 @@ struct ScoreDimSplit {
 // the lanes side by side: lane L's registers 4g..4g+3 at floats (g * kWarpSize + L) * 4 (16-byte
 // LDS accesses).
 static_assert(arch::kAccRegs % 4 == 0, "whole groups of 4 accumulator registers");
+template <int NT>
+__device__ __forceinline__ int fragment_float(int mt, int nt, int r, int lane) {
+  const int group = (mt * NT + nt) * arch::kAccRegs / 4 + r / 4;
+  return (group * arch::kWarpSize + lane) * 4 + r % 4;
+}
+
 template <int MT, int NT>
 __device__ __forceinline__ void store_fragment(float* dst, const float (&c)[MT][NT][arch::kAccRegs], int lane) {
 #pragma unroll
@@ -45,10 +51,7 @@ __device__ __forceinline__ void store_fragment(float* dst, const float (&c)[MT][
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int r = 0; r < arch::kAccRegs; ++r) {
-        const int group = (mt * NT + nt) * arch::kAccRegs / 4 + r / 4;
-        dst[(group * arch::kWarpSize + lane) * 4 + r % 4] = c[mt][nt][r];
-      }
+      for (int r = 0; r < arch::kAccRegs; ++r) dst[fragment_float<NT>(mt, nt, r, lane)] = c[mt][nt][r];
 }
 
 // c += the fragment store_fragment wrote at src.
@@ -59,10 +62,7 @@ __device__ __forceinline__ void add_fragment(float (&c)[MT][NT][arch::kAccRegs],
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int r = 0; r < arch::kAccRegs; ++r) {
-        const int group = (mt * NT + nt) * arch::kAccRegs / 4 + r / 4;
-        c[mt][nt][r] += src[(group * arch::kWarpSize + lane) * 4 + r % 4];
-      }
+      for (int r = 0; r < arch::kAccRegs; ++r) c[mt][nt][r] += src[fragment_float<NT>(mt, nt, r, lane)];
 }
 
 // S^T and dP^T of this wave's tile, summed over the waves that share it: each wave past slice 0

@@ -26,6 +26,7 @@
 #include "dropout.cuh"
 #include "fragment_scores.cuh"
 #include "fwd_query_block.cuh"
+#include "fwd_sm90_operands.cuh"
 #include "mask.cuh"
 #include "params.h"
 #include "softmax.cuh"
@@ -104,7 +105,7 @@ __device__ __forceinline__ void issue_output_sm90(float (&acc)[1][Cfg::kHeadDim 
   arch::wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < kPvSteps<T, Cfg::kBlockN>; ++ks) {
-    if constexpr (sizeof(T) == 1)
+    if constexpr (kIsFp8<T>)
       arch::Wgmma<T, Cfg::kHeadDim>::template rs<false>(acc[0], probs[0][ks], Cfg::VTile::k_major(sV, 0, ks), true);
     else
       arch::Wgmma<T, Cfg::kHeadDim>::template rs<true>(acc[0], probs[0][ks], Cfg::KVTile::mn_major(sV, 0, ks), true);
@@ -146,7 +147,7 @@ struct Sm90ForwardRows {
   // zeroes the dropped entries there, two per instruction; e4m3 P has no dropout).
   __device__ __forceinline__ void convert(const Dropout& dropout) {
     OnlineSoftmax<1>::rescale_output_where_needed(acc, rescale);
-    if constexpr (sizeof(T) == 1)
+    if constexpr (kIsFp8<T>)
       arch::accumulators_to_e4m3_a_fragments(probs, scores);
     else
       arch::accumulators_to_a_fragments<T>(probs, scores);

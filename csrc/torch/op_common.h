@@ -116,6 +116,23 @@ inline void check_same_shape(const at::Tensor& t, const at::Tensor& like, const 
               text(like.sizes()), ", got ", text(t.sizes()));
 }
 
+// The shapes and devices of q, k, v (4-dim) that every attention op needs: one device, v shaped
+// like k, q's batch and head dim, whole GQA groups, grid-sized batch and heads.
+inline void check_qkv_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  check_cuda_4d(q, "q");
+  check_cuda_4d(k, "k");
+  check_cuda_4d(v, "v");
+  TORCH_CHECK(k.device() == q.device() && v.device() == q.device(), "flash_attn: q, k and v must be on one device");
+  check_same_shape(v, k, "v", "k");
+  TORCH_CHECK(k.size(0) == q.size(0), "flash_attn: k has batch ", text(k.size(0)), " but q has ", text(q.size(0)));
+  TORCH_CHECK(k.size(3) == q.size(3), "flash_attn: k has head dim ", text(k.size(3)), " but q has ",
+              text(q.size(3)));
+  TORCH_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, "flash_attn: nheads of q (", text(q.size(2)),
+              ") must be a multiple of nheads of k and v (", text(k.size(2)), ")");
+  TORCH_CHECK(q.size(2) <= kMaxGridYZ && q.size(0) <= kMaxGridYZ, "flash_attn: batch and nheads must be <= ",
+              text(kMaxGridYZ));
+}
+
 inline flash::Strided4d strided(const at::Tensor& t) {
   return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
 }

@@ -30,30 +30,19 @@ using namespace flash_attn_op;
 
 // Checks shared by fwd and bwd; returns the compiled head dim that serves q's head dim.
 int check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double softmax_scale) {
-  check_cuda_4d(q, "q");
-  check_cuda_4d(k, "k");
-  check_cuda_4d(v, "v");
+  check_qkv_shapes(q, k, v);
   check_last_dim_contiguous(q, "q");
   check_last_dim_contiguous(k, "k");
   check_last_dim_contiguous(v, "v");
-  TORCH_CHECK(k.device() == q.device() && v.device() == q.device(), "flash_attn: q, k and v must be on one device");
   const auto dtype = q.scalar_type();
   TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "flash_attn: q must be float16 or bfloat16, got ",
               c10::toString(dtype));
   TORCH_CHECK(k.scalar_type() == dtype && v.scalar_type() == dtype, "flash_attn: k and v must have q's dtype ",
               c10::toString(dtype));
-  check_same_shape(v, k, "v", "k");
-  TORCH_CHECK(k.size(0) == q.size(0), "flash_attn: k has batch ", text(k.size(0)), " but q has ", text(q.size(0)));
-  TORCH_CHECK(k.size(3) == q.size(3), "flash_attn: k has head dim ", text(k.size(3)), " but q has ",
-              text(q.size(3)));
   const int64_t headdim = q.size(3);
   TORCH_CHECK(headdim > 0 && headdim <= kMaxHeaddim && headdim % kRowAlignment == 0,
-                    "flash_attn: head dim must be a multiple of 8 in [8, 256] (the public functions pad), got ",
+              "flash_attn: head dim must be a multiple of 8 in [8, 256] (the public functions pad), got ",
               text(headdim));
-  TORCH_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, "flash_attn: nheads of q (", text(q.size(2)),
-              ") must be a multiple of nheads of k and v (", text(k.size(2)), ")");
-  TORCH_CHECK(q.size(2) <= kMaxGridYZ && q.size(0) <= kMaxGridYZ, "flash_attn: batch and nheads must be <= ",
-              text(kMaxGridYZ));
   TORCH_CHECK(std::isfinite(softmax_scale) && softmax_scale > 0, "flash_attn: softmax_scale must be positive "
               "and finite, got ", std::to_string(softmax_scale));
   const auto* props = at::cuda::getDeviceProperties(q.get_device());

@@ -40,21 +40,10 @@ cudaError_t launch_fp8(int kernel_hd, const flash::FwdParams& params, const flas
 }
 
 void check_fp8_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  check_cuda_4d(q, "q");
-  check_cuda_4d(k, "k");
-  check_cuda_4d(v, "v");
+  check_qkv_shapes(q, k, v);
   for (const auto* t : {&q, &k, &v})
     TORCH_CHECK(t->scalar_type() == at::kFloat8_e4m3fn, "flash_attn: the fp8 forward takes float8_e4m3fn q, k and v, "
                 "got ", c10::toString(t->scalar_type()));
-  TORCH_CHECK(k.device() == q.device() && v.device() == q.device(), "flash_attn: q, k and v must be on one device");
-  check_same_shape(v, k, "v", "k");
-  TORCH_CHECK(k.size(0) == q.size(0), "flash_attn: k has batch ", text(k.size(0)), " but q has ", text(q.size(0)));
-  TORCH_CHECK(k.size(3) == q.size(3), "flash_attn: k has head dim ", text(k.size(3)), " but q has ",
-              text(q.size(3)));
-  TORCH_CHECK(k.size(2) > 0 && q.size(2) % k.size(2) == 0, "flash_attn: nheads of q (", text(q.size(2)),
-              ") must be a multiple of nheads of k and v (", text(k.size(2)), ")");
-  TORCH_CHECK(q.size(2) <= kMaxGridYZ && q.size(0) <= kMaxGridYZ, "flash_attn: batch and nheads must be <= ",
-              text(kMaxGridYZ));
   const int64_t headdim = q.size(3);
   TORCH_CHECK(headdim > 0 && headdim % kFp8RowAlignment == 0 && fp8_kernel_headdim(headdim) > 0,
               "flash_attn: the fp8 forward kernels take head dims that are multiples of 16 up to the largest built "

@@ -16,11 +16,11 @@ import torch
 import triton
 
 from .. import dropout as dropout_lib
+from ..ops import FP8_OUT_DTYPE
 from . import kernels, tuning
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FP8_DTYPE = torch.float8_e4m3fn
-FP8_OUT_DTYPE = torch.bfloat16  # FlashAttention 3's output dtype for fp8 inputs
 
 # The autotuner's cache key (tuning.py): lengths, heads, head dim and flags, not the batch.
 TUNING_KEY = ("seqlen_q", "seqlen_k", "heads", "group", "headdim", "left", "right", "VARLEN", "HAS_SOFTCAP",
