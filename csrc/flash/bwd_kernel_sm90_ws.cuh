@@ -95,8 +95,10 @@ struct BwdTensorMaps {
 
 // The loader warp: K and V, then per query block of the walk (once its slot is free) Q and dO by
 // lane 0's TMA, lse and dsum by every lane's cp.async.
-template <typename Cfg, typename KeyBlock>
-__device__ __forceinline__ void load_bwd_walk(const BwdWsSmem<Cfg>& s, const BwdParams& p, const BwdTensorMaps& maps,
+// Smem: the kernel's shared-memory map (BwdWsSmem, or the head-split kernel's), with its K, V,
+// stages and their barriers.
+template <typename Cfg, typename Smem, typename KeyBlock>
+__device__ __forceinline__ void load_bwd_walk(const Smem& s, const BwdParams& p, const BwdTensorMaps& maps,
                                               const KeyBlock& kb, int lane) {
   const int batch = kb.seq.batch_index;
   if (lane == 0) {

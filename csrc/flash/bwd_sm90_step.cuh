@@ -141,16 +141,17 @@ __device__ __forceinline__ void issue_kv_gradient_sm90(float (&acc)[1][Cfg::kHea
   arch::wgmma_commit();
 }
 
-// Writes a warp's dS^T fragment (16 keys from key0 x kBlockM queries) into the DsTile as T.
-template <typename T, typename Cfg>
-__device__ __forceinline__ void store_dscores_sm90(char* sdS, const float (&dscores_t)[1][Cfg::kBlockM / 8][4],
-                                                   int key0, int lane) {
+// Writes a warp's dS^T fragment (16 keys from key0 x 8*NT queries from query0) into a CoreTile
+// (rows keys, columns queries) as T.
+template <typename T, typename Tile, int NT>
+__device__ __forceinline__ void store_dscores_sm90(char* sdS, const float (&dscores_t)[1][NT][4], int key0, int query0,
+                                                   int lane) {
 #pragma unroll
-  for (int nt = 0; nt < Cfg::kBlockM / 8; ++nt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int key = key0 + arch::acc_row(lane, 2 * h), query = nt * 8 + arch::acc_col(lane, 0);
-      *reinterpret_cast<uint32_t*>(sdS + Cfg::DsTile::byte_offset(key, query)) =
+      const int key = key0 + arch::acc_row(lane, 2 * h), query = query0 + nt * 8 + arch::acc_col(lane, 0);
+      *reinterpret_cast<uint32_t*>(sdS + Tile::byte_offset(key, query)) =
           arch::pack_pair<T>(dscores_t[0][nt][2 * h], dscores_t[0][nt][2 * h + 1]);
     }
 }
@@ -260,7 +261,7 @@ __device__ __forceinline__ void kv_gradients_sm90(BwdSm90Gradients<Cfg>& grads, 
   dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, 0, p.fwd, ctx, lane);
   if constexpr (Cfg::kDvAfterDs) issue_kv_gradient_sm90<T, Cfg>(grads.dv, probs_a, stage.dout);  // dV += P^T.dO
   before_ds_store();
-  store_dscores_sm90<T, Cfg>(sdS, dprobs_t, at.warp_key0, lane);
+  store_dscores_sm90<T, typename Cfg::DsTile>(sdS, dprobs_t, at.warp_key0, 0, lane);
   arch::fence_proxy_async();
   uint32_t dscores_a[1][kBlockM / 16][4];
   arch::accumulators_to_a_fragments<T>(dscores_a, dprobs_t);

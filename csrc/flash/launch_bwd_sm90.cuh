@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "bwd_kernel_sm90.cuh"
+#include "bwd_kernel_sm90_head_split.cuh"
 #include "bwd_kernel_sm90_ws.cuh"
 #include "launch_attributes.h"
 #include "launch_sm90.cuh"
@@ -77,6 +78,19 @@ struct BwdWsTile<128> {
   static bool extras_preferred(const BwdParams& p) { return preferred(p); }
 };
 
+// Head dims whose dK and dV the two math warpgroups split by head dim (bwd_sm90_head_split_step.cuh):
+// hd 256, where a warpgroup's 64 keys of dK and dV would need 256 registers per thread. Two stages:
+// with the dQ tile over its step's Q and dO they fill 210 of the 227 KB (a third would not fit).
+template <int kHeadDim>
+struct BwdHeadSplitTile {
+  static constexpr bool kAvailable = false;
+};
+template <>
+struct BwdHeadSplitTile<256> {
+  static constexpr bool kAvailable = true;
+  using type = BwdHeadSplitConfig<256, 2>;
+};
+
 // FLASH_ATTN_SM90_BWD picks the Hopper backward: "ws" the warp-specialized one, "cpasync" the
 // other (read per call: the tests and the A/B benchmarks switch it). Unset:
 // - deterministic=True: the warp-specialized one, whose dQ-writer warp takes the turn and
@@ -135,11 +149,35 @@ cudaError_t launch_bwd_sm90(const BwdParams& params, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// The head-split kernel where its tensor maps can be made (else the caller runs the sm80 kernel);
+// FLASH_ATTN_SM90_BWD=cpasync, which names the kernels of the other head dims that have no tensor
+// maps, selects the sm80 kernel here, so that tests and A/B runs can compare the two.
+template <typename T, int kHeadDim, bool kScoreExtras>
+cudaError_t try_run_bwd_head_split(const BwdParams& params, cudaStream_t stream, int device, bool& launched) {
+  using Cfg = typename BwdHeadSplitTile<kHeadDim>::type;
+  auto kernel = bwd_kernel_sm90_head_split<T, Cfg, kScoreExtras>;
+  bool usable = false;
+  cudaError_t err = can_run_sm90(kernel, device, usable);
+  const char* choice = std::getenv("FLASH_ATTN_SM90_BWD");
+  if (err != cudaSuccess || !usable || (choice != nullptr && std::strcmp(choice, "cpasync") == 0)) return err;
+  BwdTensorMaps maps;
+  if (!make_bwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
+  err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  launched = true;
+  const FwdParams& f = params.fwd;
+  const dim3 grid(ceil_div(f.shape.seqlen_k, Cfg::kBlockN), f.shape.heads, f.shape.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params, maps);
+  return cudaGetLastError();
+}
+
 // Launches the wgmma backward kernel when possible; `launched` says whether it did.
 template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t try_run_bwd_sm90(const BwdParams& params, cudaStream_t stream, int device, bool& launched) {
   launched = false;
-  if constexpr (BwdSm90Tile<kHeadDim>::kAvailable) {
+  if constexpr (BwdHeadSplitTile<kHeadDim>::kAvailable) {
+    return try_run_bwd_head_split<T, kHeadDim, kScoreExtras>(params, stream, device, launched);
+  } else if constexpr (BwdSm90Tile<kHeadDim>::kAvailable) {
     using Tile = BwdSm90Tile<kHeadDim>;
     bool usable = false;
     cudaError_t err = can_run_sm90(bwd_kernel_sm90<T, typename Tile::type, kScoreExtras>, device, usable);

@@ -1,0 +1,145 @@
+// Backward on Hopper (sm_90a), warp-specialized, for head dims whose dK and dV are split between
+// the two math warpgroups by head dim (bwd_sm90_head_split_step.cuh: hd 256). One CTA per (block
+// of 64 keys, head, batch):
+//   Loader warp: bwd_kernel_sm90_ws.cuh's (K and V once, then each query block's Q, dO, lse and
+//     dsum into a kStages-slot ring with full / empty mbarriers).
+//   dQ-writer warp: per step, once both math warpgroups have written the step's dQ tile over its
+//     stage's Q and dO, adds it into dq_accum with one bulk reduction (in the key block's turn when
+//     deterministic) and, once the copy has read it, marks the stage empty: the writer, not the math
+//     warps, hands stages back to the loader.
+//   Math warpgroups: the step, then the dQ tile into the stage; dK and dV at the end.
+// Varlen as in bwd_kernel_sm90_ws.cuh: rows past a sequence's end get probability 0 from the mask.
+#pragma once
+
+#include "arch/sm90_tma.cuh"
+#include "bwd_kernel_sm90_ws.cuh"
+#include "bwd_sm90_head_split_step.cuh"
+#include "ring_position.cuh"
+#include "tile_io.cuh"
+
+namespace flash {
+
+template <typename Cfg>
+struct BwdHeadSplitSmem {
+  unsigned char* base;
+
+  __device__ __forceinline__ char* k() const { return reinterpret_cast<char*>(base); }
+  __device__ __forceinline__ char* v() const { return k() + Cfg::KVTile::kBytes; }
+  __device__ __forceinline__ char* probs() const { return reinterpret_cast<char*>(base + Cfg::kProbsOffset); }
+  __device__ __forceinline__ char* ds() const { return reinterpret_cast<char*>(base + Cfg::kDsOffset); }
+  __device__ __forceinline__ QueryStageSm90<Cfg> stage(int slot) const {
+    return QueryStageSm90<Cfg>::at(base + Cfg::kStageOffset + slot * Cfg::kStageBytes);
+  }
+  // The step's dQ tile, over its stage's Q and dO once the step's MMAs are done with them.
+  __device__ __forceinline__ float* dq(int slot) const { return reinterpret_cast<float*>(stage(slot).q); }
+  __device__ __forceinline__ uint64_t* barrier(int index) const {
+    return reinterpret_cast<uint64_t*>(base + Cfg::kBarrierOffset) + index;
+  }
+  __device__ __forceinline__ uint64_t* kv_full() const { return barrier(0); }
+  __device__ __forceinline__ uint64_t* stage_full(int slot) const { return barrier(1 + slot); }
+  __device__ __forceinline__ uint64_t* stage_empty(int slot) const { return barrier(1 + Cfg::kStages + slot); }
+
+  // One thread, before any other touches them. A stage is full after the loader thread's TMA
+  // bytes and its warp's 32 cp.async arrivals, empty after the dQ writer's one arrival.
+  __device__ __forceinline__ void init_barriers() const {
+    arch::mbarrier_init(kv_full(), 1);
+    for (int slot = 0; slot < Cfg::kStages; ++slot) {
+      arch::mbarrier_init(stage_full(slot), 1 + arch::kWarpSize);
+      arch::mbarrier_init(stage_empty(slot), 1);
+    }
+    arch::fence_mbarrier_init();
+  }
+};
+
+// The dQ-writer warp. A stage's dQ barrier is reused only after the writer has freed that stage
+// and the loader has refilled it, so the math warps never arrive on it twice ahead of the writer.
+template <typename Cfg, typename KeyBlock>
+__device__ __forceinline__ void write_head_split_dq(const BwdHeadSplitSmem<Cfg>& s, const BwdParams& p,
+                                                    const KeyBlock& kb, int lane) {
+  constexpr int kSyncThreads = Cfg::kMathThreads + arch::kWarpSize;
+  int m_block = kb.m_start;
+  for (int step = 0; step < kb.query_blocks(); ++step, m_block = kb.query_block_after(m_block, 1)) {
+    const RingPosition<Cfg::kStages> at(step);
+    arch::named_barrier_sync(BwdHeadSplitBarriers::kDqFull + at.slot, kSyncThreads);
+    const auto turn = kb.template dq_turn</*kDeterministic=*/true>(p, m_block);
+    if (lane == 0) {
+      reduce_dq_tile<Cfg>(p, s.dq(at.slot), kb.seq, kb.head, m_block * Cfg::kBlockM, turn);
+      arch::bulk_wait_source_read<0>();
+      arch::mbarrier_arrive(s.stage_empty(at.slot));
+      release_dq_tile(turn);  // deterministic: once the add is complete
+    }
+    arch::warp_sync();
+  }
+  if (lane == 0) arch::bulk_wait_complete<0>();
+}
+
+// The two math warpgroups over the whole walk, then the dK / dV epilogue. math_tid: 0..255.
+template <typename T, typename Cfg, bool kScoreExtras, typename KeyBlock>
+__device__ __forceinline__ void compute_head_split_walk(const BwdHeadSplitSmem<Cfg>& s, const BwdParams& p,
+                                                        const KeyBlock& kb, int math_tid) {
+  constexpr int kMath = Cfg::kMathThreads, kSyncThreads = kMath + arch::kWarpSize;
+  const BwdHeadSplitLanes at = bwd_head_split_lanes<Cfg>(math_tid);
+  const ScoreMod mod = kScoreExtras ? kb.score_mod(p) : ScoreMod::none();
+  const Dropout dropout = kScoreExtras ? kb.dropout(p) : Dropout::none();
+  BwdHeadSplitGradients<Cfg> grads;
+  arch::zero_accumulators(grads.dk);
+  arch::zero_accumulators(grads.dv);
+  arch::mbarrier_wait_parity(s.kv_full(), 0);
+  int m_block = kb.m_start;
+  for (int step = 0; step < kb.query_blocks(); ++step, m_block = kb.query_block_after(m_block, 1)) {
+    const RingPosition<Cfg::kStages> slot(step);
+    arch::mbarrier_wait_parity(s.stage_full(slot.slot), slot.parity);
+    float dq[1][Cfg::kGroupCols / 8][4];
+    head_split_step<T, Cfg, kScoreExtras>(grads, dq, p, kb, mod, dropout, s.k(), s.v(), s.probs(), s.ds(),
+                                          s.stage(slot.slot), m_block * Cfg::kBlockM, at);
+    store_dq_sm90<Cfg>(s.dq(slot.slot), dq, at.warp_in_group * 16, at.col0, at.lane);
+    arch::fence_proxy_async();
+    arch::named_barrier_arrive(BwdHeadSplitBarriers::kDqFull + slot.slot, kSyncThreads);
+  }
+  // Every step ended with every math warp's MMAs retired (kMmasDone): K, V, P^T and dS^T are free.
+  constexpr int kHeadNT = Cfg::kGroupCols / 8;
+  scale_dk_and_dv(grads.dk, grads.dv, p.fwd, dropout);
+  T* sdK = reinterpret_cast<T*>(s.base);
+  T* sdV = sdK + Cfg::kBlockN * Cfg::kEpilogueStride;
+  arch::store_accumulators<1, kHeadNT, T>(sdK, Cfg::kEpilogueStride, at.key0, at.col0, grads.dk, at.lane);
+  arch::store_accumulators<1, kHeadNT, T>(sdV, Cfg::kEpilogueStride, at.key0, at.col0, grads.dv, at.lane);
+  arch::named_barrier_sync(BwdHeadSplitBarriers::kMmasDone, kMath);
+  const int headdim = p.fwd.shape.headdim;
+  store_tile<Cfg::kBlockN, Cfg::kHeadDim, kMath>(kb.template key_rows<T>(p.dk, kb.head), p.dk.row_stride, sdK,
+                                                 kb.rows_k, headdim, math_tid);
+  store_tile<Cfg::kBlockN, Cfg::kHeadDim, kMath>(kb.template key_rows<T>(p.dv, kb.head), p.dv.row_stride, sdV,
+                                                 kb.rows_k, headdim, math_tid);
+}
+
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
+template <typename T, typename Cfg, bool kScoreExtras>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    bwd_kernel_sm90_head_split(const __grid_constant__ BwdParams p, const __grid_constant__ BwdTensorMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const BwdHeadSplitSmem<Cfg> s{arch::swizzle_aligned_dynamic_smem()};
+  const int tid = threadIdx.x, warpgroup = tid / arch::kWarpgroupThreads;
+  const auto kb = BwdKeyBlock<Cfg::kBlockM, Cfg::kBlockN>::current(p);
+  if (kb.template done_without_queries<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
+  if (tid == 0) {
+    arch::prefetch_tensor_map(&maps.q);
+    arch::prefetch_tensor_map(&maps.dout);
+    arch::prefetch_tensor_map(&maps.k);
+    arch::prefetch_tensor_map(&maps.v);
+    s.init_barriers();
+  }
+  __syncthreads();  // the barriers are initialized; the last CTA-wide barrier
+  if (warpgroup == 0) {
+    arch::release_registers_to<Cfg::kProducerRegs>();
+    const int warp = tid / arch::kWarpSize, lane = tid % arch::kWarpSize;
+    if (warp == 0) load_bwd_walk<Cfg>(s, p, maps, kb, lane);
+    if (warp == 1) write_head_split_dq<Cfg>(s, p, kb, lane);
+    return;
+  }
+  arch::claim_registers_to<Cfg::kMathRegs>();
+  compute_head_split_walk<T, Cfg, kScoreExtras>(s, p, kb, tid - arch::kWarpgroupThreads);
+#else
+  __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
+#endif
+}
+
+}  // namespace flash
