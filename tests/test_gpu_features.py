@@ -3,8 +3,8 @@ backward and varlen, alone and combined, forward and backward, against the fp32 
 tolerance rule (outputs poisoned with NaN before every kernel). Head dims 64 and 128 run the Hopper
 kernels on an H100/H200 (each pair of Hopper kernels forced with FLASH_ATTN_SM90_FWD and
 FLASH_ATTN_SM90_BWD =ws or cpasync, and the default's choice) and the sm80 ones with
-FLASH_ATTN_DISABLE_SM90=1; 96 runs the sm80 kernels everywhere; 256 the Hopper forward and the
-head-split Hopper backward.
+FLASH_ATTN_DISABLE_SM90=1; 96 runs the sm80 kernels everywhere; 192 and 256 the Hopper forward
+and the head-split Hopper backward.
 
 The `sanitizer` tests are the ones scripts/gpu_check.sh also runs under compute-sanitizer memcheck:
 varlen batches whose cu_seqlens hold offsets past the tensors or out of order.
@@ -50,7 +50,8 @@ def _kernels(monkeypatch, kernel):
 
 @pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
 @pytest.mark.parametrize("headdim,kernel", [(64, "default"), (64, "ws"), (128, "default"), (96, "default"),
-                                            (128, "sm80"), (128, "cpasync"), (256, "default")])
+                                            (128, "sm80"), (128, "cpasync"), (192, "default"),
+                                            (256, "default")])
 @pytest.mark.parametrize("name", OPTIONS)
 def test_option_dense(monkeypatch, name, headdim, kernel, seqlen_q, seqlen_k):
     require_kernel(torch.bfloat16, headdim)
@@ -86,7 +87,8 @@ VARLEN_LENGTHS = {  # name: (lengths_q, lengths_k)
 
 @pytest.mark.parametrize("lengths", VARLEN_LENGTHS)
 @pytest.mark.parametrize("headdim,kernel", [(64, "default"), (64, "ws"), (128, "default"), (96, "default"),
-                                            (64, "sm80"), (128, "cpasync"), (256, "default")])
+                                            (64, "sm80"), (128, "cpasync"), (192, "default"),
+                                            (256, "default")])
 @pytest.mark.parametrize("name", ["plain", "causal", *OPTIONS])
 def test_option_varlen(monkeypatch, name, headdim, kernel, lengths):
     require_kernel(torch.bfloat16, headdim)
@@ -155,6 +157,7 @@ DETERMINISTIC_CASES = {  # name: (headdim, kernel, mods, varlen, (seqlen_q, seql
     # hd 256: the head-split Hopper backward, whose dQ writer adds from the query stages
     "hd256_causal_varlen_dropout": (256, "default", Mods(causal=True, dropout_p=0.1), True, (1500, 1500)),
     "hd256_full_more_keys": (256, "default", Mods(), False, (300, 1500)),
+    "hd192_window_left_varlen": (192, "default", Mods(window_size=(300, -1)), True, (1500, 1500)),
 }
 
 

@@ -77,15 +77,13 @@ def test_hopper_runs_the_wgmma_kernels(monkeypatch, headdim):
 def test_hopper_large_head_dims_run_the_warp_specialized_forward(monkeypatch, headdim):
     """hd 192 and 256 have a warp-specialized forward only (launch_fwd_sm90.cuh): it runs by default,
     and FLASH_ATTN_SM90_FWD=cpasync or FLASH_ATTN_DISABLE_SM90=1 give the sm80 kernel. The backward
-    is the head-split Hopper one at hd 256 (launch_bwd_sm90.cuh), FLASH_ATTN_SM90_BWD=cpasync or
-    FLASH_ATTN_DISABLE_SM90=1 giving the sm80 one, and the sm80 one at hd 192. The kernel compiled
-    for the head dim must be the one asked for (a build without it would pad to a larger one)."""
+    is the head-split Hopper one (launch_bwd_sm90.cuh), FLASH_ATTN_SM90_BWD=cpasync or
+    FLASH_ATTN_DISABLE_SM90=1 giving the sm80 one. The kernel compiled for the head dim must be the
+    one asked for (a build without it would pad to a larger one)."""
     _require_exact_kernel(headdim)
     forward, backward = _kernel_names(headdim)
     assert forward and all("fwd_kernel_sm90_ws" in name for name in forward), forward
-    head_split = headdim == 256
-    assert backward and all(("bwd_kernel_sm90_head_split" in name) == head_split for name in backward), backward
-    assert all("sm90" not in name for name in backward if not head_split), backward
+    assert backward and all("bwd_kernel_sm90_head_split" in name for name in backward), backward
     for variable, value in (("FLASH_ATTN_SM90_FWD", "cpasync"), ("FLASH_ATTN_SM90_BWD", "cpasync"),
                             ("FLASH_ATTN_DISABLE_SM90", "1")):
         with monkeypatch.context() as patch:

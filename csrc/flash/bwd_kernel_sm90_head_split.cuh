@@ -73,15 +73,16 @@ __device__ __forceinline__ void write_head_split_dq(const BwdHeadSplitSmem<Cfg>&
   if (lane == 0) arch::bulk_wait_complete<0>();
 }
 
-// The two math warpgroups over the whole walk, then the dK / dV epilogue. math_tid: 0..255.
-template <typename T, typename Cfg, bool kScoreExtras, typename KeyBlock>
+// A math warpgroup of kCols head-dim columns over the whole walk, then its part of the dK / dV
+// epilogue. math_tid: 0..255.
+template <typename T, typename Cfg, bool kScoreExtras, int kCols, typename KeyBlock>
 __device__ __forceinline__ void compute_head_split_walk(const BwdHeadSplitSmem<Cfg>& s, const BwdParams& p,
                                                         const KeyBlock& kb, int math_tid) {
   constexpr int kMath = Cfg::kMathThreads, kSyncThreads = kMath + arch::kWarpSize;
   const BwdHeadSplitLanes at = bwd_head_split_lanes<Cfg>(math_tid);
   const ScoreMod mod = kScoreExtras ? kb.score_mod(p) : ScoreMod::none();
   const Dropout dropout = kScoreExtras ? kb.dropout(p) : Dropout::none();
-  BwdHeadSplitGradients<Cfg> grads;
+  BwdHeadSplitGradients<kCols> grads;
   arch::zero_accumulators(grads.dk);
   arch::zero_accumulators(grads.dv);
   arch::mbarrier_wait_parity(s.kv_full(), 0);
@@ -89,15 +90,15 @@ __device__ __forceinline__ void compute_head_split_walk(const BwdHeadSplitSmem<C
   for (int step = 0; step < kb.query_blocks(); ++step, m_block = kb.query_block_after(m_block, 1)) {
     const RingPosition<Cfg::kStages> slot(step);
     arch::mbarrier_wait_parity(s.stage_full(slot.slot), slot.parity);
-    float dq[1][Cfg::kGroupCols / 8][4];
-    head_split_step<T, Cfg, kScoreExtras>(grads, dq, p, kb, mod, dropout, s.k(), s.v(), s.probs(), s.ds(),
+    float dq[1][kCols / 8][4];
+    head_split_step<T, Cfg, kScoreExtras, kCols>(grads, dq, p, kb, mod, dropout, s.k(), s.v(), s.probs(), s.ds(),
                                           s.stage(slot.slot), m_block * Cfg::kBlockM, at);
     store_dq_sm90<Cfg>(s.dq(slot.slot), dq, at.warp_in_group * 16, at.col0, at.lane);
     arch::fence_proxy_async();
     arch::named_barrier_arrive(BwdHeadSplitBarriers::kDqFull + slot.slot, kSyncThreads);
   }
   // Every step ended with every math warp's MMAs retired (kMmasDone): K, V, P^T and dS^T are free.
-  constexpr int kHeadNT = Cfg::kGroupCols / 8;
+  constexpr int kHeadNT = kCols / 8;
   scale_dk_and_dv(grads.dk, grads.dv, p.fwd, dropout);
   T* sdK = reinterpret_cast<T*>(s.base);
   T* sdV = sdK + Cfg::kBlockN * Cfg::kEpilogueStride;
@@ -136,7 +137,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return;
   }
   arch::claim_registers_to<Cfg::kMathRegs>();
-  compute_head_split_walk<T, Cfg, kScoreExtras>(s, p, kb, tid - arch::kWarpgroupThreads);
+  constexpr int kFirst = Cfg::template kGroupCols<0>, kSecond = Cfg::template kGroupCols<1>;
+  const int math_group = warpgroup - 1;
+  if (kFirst == kSecond || math_group == 0)
+    compute_head_split_walk<T, Cfg, kScoreExtras, kFirst>(s, p, kb, tid - arch::kWarpgroupThreads);
+  else
+    compute_head_split_walk<T, Cfg, kScoreExtras, kSecond>(s, p, kb, tid - arch::kWarpgroupThreads);
 #else
   __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
 #endif

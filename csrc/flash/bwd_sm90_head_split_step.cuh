@@ -7,8 +7,11 @@
 //      written as 16-bit tiles into shared memory: the next products need both warpgroups' halves
 //   2. dV[:, half] += P^T.dO[:, half], dK[:, half] += dS^T.Q[:, half]   (64 keys x hd / 2 each)
 //   3. dQ[:, half] = dS.K[:, half]                                      (64 queries x hd / 2)
-// so each thread holds hd / 2 columns of dK and dV for its warp's 16 keys (128 registers at hd 256)
-// beside 64 of dQ. Every product reads both operands from shared memory. The step's dQ tile (64 x
+// so each thread holds its warpgroup's columns of dK and dV for its warp's 16 keys (128 registers
+// at hd 256) beside those of dQ (64). The head-dim halves are whole 64-column blocks of the
+// swizzled tiles (an MN-major operand may not cross a block boundary from inside a block): 128 +
+// 128 at hd 256, 128 + 64 at hd 192, where the tensor core, which both warpgroups feed, does the
+// same total work and the second warpgroup waits at the step's barriers. Every product reads both operands from shared memory. The step's dQ tile (64 x
 // hd float32, exactly the bytes of its Q and dO tiles) is written over the stage's Q and dO once
 // both warpgroups' MMAs are done with them, so the 227 KB hold two stages: K, V (64 KB), P^T and
 // dS^T (16 KB), two stages of Q, dO, lse, dsum (130 KB). The dQ writer adds it into dq_accum from
@@ -35,8 +38,12 @@ struct BwdHeadSplitConfig {
   static constexpr int kBlockN = 64;  // keys per CTA: the M of every key-side wgmma
   static constexpr int kWarpgroups = 2;
   static constexpr int kGroupQueries = kBlockM / kWarpgroups;  // S^T / dP^T columns per warpgroup
-  static constexpr int kGroupCols = kHeadDim / kWarpgroups;    // dK / dV / dQ columns per warpgroup
-  static_assert(kGroupQueries % 16 == 0 && kGroupCols % 8 == 0, "whole dropout tiles, whole wgmma columns");
+  // dK / dV / dQ columns of each warpgroup: the first takes the first half rounded up to whole
+  // 64-column blocks, the second the rest.
+  static constexpr int kFirstGroupCols = (kHeadDim / 2 + 63) / 64 * 64;
+  template <int kGroup>
+  static constexpr int kGroupCols = kGroup == 0 ? kFirstGroupCols : kHeadDim - kFirstGroupCols;
+  static_assert(kGroupQueries % 16 == 0 && kGroupCols<1> > 0, "whole dropout tiles, work for both warpgroups");
   static constexpr int kMathThreads = kWarpgroups * arch::kWarpgroupThreads;
   static constexpr int kThreads = kMathThreads + arch::kWarpgroupThreads;  // + the producer warpgroup
   // FlashAttention 3's split of the register file for two math warpgroups.
@@ -78,7 +85,7 @@ struct BwdHeadSplitBarriers {
   static constexpr int kDqFull = 4;        // + stage slot: the step's dQ tile is in the stage
 };
 
-// Where a math warp sits: its warpgroup's query half and head-dim half, its 16 keys.
+// Where a math warp sits: its warpgroup's query half and head-dim part, its 16 keys.
 struct BwdHeadSplitLanes {
   int warpgroup;    // 0, 1
   int warp_in_group;
@@ -96,15 +103,15 @@ __device__ __forceinline__ BwdHeadSplitLanes bwd_head_split_lanes(int math_tid) 
   l.lane = math_tid % arch::kWarpSize;
   l.key0 = l.warp_in_group * 16;
   l.query0 = l.warpgroup * Cfg::kGroupQueries;
-  l.col0 = l.warpgroup * Cfg::kGroupCols;
+  l.col0 = l.warpgroup * Cfg::kFirstGroupCols;
   return l;
 }
 
-// This warp's dK and dV accumulators across the walk: 16 keys x its warpgroup's head-dim half.
-template <typename Cfg>
+// This warp's dK and dV accumulators across the walk: 16 keys x its warpgroup's kCols columns.
+template <int kCols>
 struct BwdHeadSplitGradients {
-  float dk[1][Cfg::kGroupCols / 8][4];
-  float dv[1][Cfg::kGroupCols / 8][4];
+  float dk[1][kCols / 8][4];
+  float dv[1][kCols / 8][4];
 };
 
 // Writes a warp's P^T, packed as A fragments (accumulators_to_a_fragments: k-step ks holds
@@ -123,24 +130,26 @@ __device__ __forceinline__ void store_packed_probs(char* tile, const uint32_t (&
       }
 }
 
-// acc (64 keys or queries x kGroupCols) = / += A (a_view(ks): a ScoreTile view per k-step) . B
-// (BTile's columns col0.. read MN-major), over the block's 64 queries or keys, as one wgmma group.
-template <typename T, typename Cfg, bool kTransA, typename BTile, typename AView>
-__device__ __forceinline__ void issue_half_product(float (&acc)[1][Cfg::kGroupCols / 8][4], const AView& a_view,
-                                                   const char* b_tile, int col0, bool accumulate) {
+// acc (64 keys or queries x kCols = 8 kNT) = / += A (a_view(ks): a ScoreTile view per k-step) . B (BTile's
+// columns col0.. read MN-major), over the block's 64 queries or keys, as one wgmma group.
+template <typename T, bool kTransA, typename BTile, int kNT, typename AView>
+__device__ __forceinline__ void issue_half_product(float (&acc)[1][kNT][4], const AView& a_view, const char* b_tile,
+                                                   int col0, bool accumulate) {
+  constexpr int kCols = 8 * kNT;
   arch::wgmma_fence_operand(acc[0]);
   arch::wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < 64 / 16; ++ks)
-    arch::Wgmma<T, Cfg::kGroupCols>::template ss<kTransA, true>(acc[0], a_view(ks), BTile::mn_major(b_tile, col0, ks),
-                                                                accumulate || ks > 0);
+    arch::Wgmma<T, kCols>::template ss<kTransA, true>(acc[0], a_view(ks), BTile::mn_major(b_tile, col0, ks),
+                                                      accumulate || ks > 0);
   arch::wgmma_commit();
 }
 
-// One query block (m0) for one math warp, up to its dQ part in registers; every MMA of the step has
-// retired in both warpgroups when it returns (the caller may then write dQ over the stage's Q, dO).
-template <typename T, typename Cfg, bool kScoreExtras, typename KeyBlock>
-__device__ __forceinline__ void head_split_step(BwdHeadSplitGradients<Cfg>& grads, float (&dq)[1][Cfg::kGroupCols / 8][4],
+// One query block (m0) for one math warp of a warpgroup with kCols head-dim columns, up to its dQ
+// part in registers; every MMA of the step has retired in both warpgroups when it returns (the
+// caller may then write dQ over the stage's Q, dO).
+template <typename T, typename Cfg, bool kScoreExtras, int kCols, typename KeyBlock>
+__device__ __forceinline__ void head_split_step(BwdHeadSplitGradients<kCols>& grads, float (&dq)[1][kCols / 8][4],
                                                 const BwdParams& p, const KeyBlock& kb, const ScoreMod& mod,
                                                 const Dropout& dropout, const char* sK, const char* sV, char* sP,
                                                 char* sdS, const QueryStageSm90<Cfg>& stage, int m0,
@@ -180,7 +189,7 @@ __device__ __forceinline__ void head_split_step(BwdHeadSplitGradients<Cfg>& grad
   arch::fence_proxy_async();
   arch::named_barrier_sync(BwdHeadSplitBarriers::kProbsWritten, kMath);
   // 2. dV += P^T.dO, under the dS^T math.
-  issue_half_product<T, Cfg, false, typename Cfg::QTile>(
+  issue_half_product<T, false, typename Cfg::QTile>(
       grads.dv, [&](int ks) { return ScoreTile::k_major(sP, 0, ks); }, stage.dout, at.col0, true);
   arch::wgmma_wait<1>();  // dP^T is done; dV may still run
   arch::wgmma_fence_operand(dprobs_t[0]);
@@ -192,9 +201,9 @@ __device__ __forceinline__ void head_split_step(BwdHeadSplitGradients<Cfg>& grad
   arch::fence_proxy_async();
   arch::named_barrier_sync(BwdHeadSplitBarriers::kDsWritten, kMath);
   // dK += dS^T.Q; 3. dQ = dS.K.
-  issue_half_product<T, Cfg, false, typename Cfg::QTile>(
+  issue_half_product<T, false, typename Cfg::QTile>(
       grads.dk, [&](int ks) { return ScoreTile::k_major(sdS, 0, ks); }, stage.q, at.col0, true);
-  issue_half_product<T, Cfg, true, typename Cfg::KVTile>(
+  issue_half_product<T, true, typename Cfg::KVTile>(
       dq, [&](int ks) { return ScoreTile::mn_major(sdS, 0, ks); }, sK, at.col0, false);
   arch::wgmma_wait<0>();
   arch::wgmma_fence_operand(dq[0]);

@@ -79,11 +79,17 @@ struct BwdWsTile<128> {
 };
 
 // Head dims whose dK and dV the two math warpgroups split by head dim (bwd_sm90_head_split_step.cuh):
-// hd 256, where a warpgroup's 64 keys of dK and dV would need 256 registers per thread. Two stages:
-// with the dQ tile over its step's Q and dO they fill 210 of the 227 KB (a third would not fit).
+// hd 256, where a warpgroup's 64 keys of dK and dV would need 256 registers per thread, and hd 192
+// (192). Two stages: at hd 256, with the dQ tile over its step's Q and dO, they fill 210 of the
+// 227 KB (a third would not fit); hd 192 keeps the same count (164 KB; three not measured).
 template <int kHeadDim>
 struct BwdHeadSplitTile {
   static constexpr bool kAvailable = false;
+};
+template <>
+struct BwdHeadSplitTile<192> {
+  static constexpr bool kAvailable = true;
+  using type = BwdHeadSplitConfig<192, 2>;
 };
 template <>
 struct BwdHeadSplitTile<256> {
