@@ -11,6 +11,8 @@ tensors wrongly (errors of 1e9 on a 40 x 64 product), whatever the kernel.
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import flash_attn
 from flash_attn import dropout as dropout_lib
@@ -18,6 +20,8 @@ from feature_checks import make_cu_seqlens
 from helpers import Results, assert_matches_reference
 
 triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
+from flash_attn.triton import tuning  # noqa: E402 - after the skip above
+from flash_attn.triton.kernels import _full_key_blocks, _key_range  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
@@ -136,6 +140,110 @@ def test_triton_dropout(dtype, causal):
     keep = dropout_lib.keep_mask(seed, offset, batch, nheads, seqlen_q, seqlen_k, dropout_p).to(DEVICE)
     assert_matches_reference(Results(out, lse, *grads), q, k, v, dout, causal, scale, _compute_dtype(dtype),
                              dropout_p=dropout_p, dropout_mask=keep)
+
+
+# (seqlen_q, seqlen_k, causal, window_size, softcap, alibi, dropout_p) whose query blocks of 16 walk
+# masked key blocks before, whole blocks between and masked blocks after (kernels._full_key_blocks)
+SMALL_TILE_CASES = {
+    "window_both_sides": (100, 160, False, (60, 30), 0.0, False, 0.0),
+    "causal_more_keys": (70, 150, True, (-1, -1), 0.0, False, 0.0),
+    "causal_more_queries": (150, 70, True, (-1, -1), 0.0, False, 0.0),
+    "window_softcap_alibi": (90, 90, False, (40, 25), 6.0, True, 0.0),
+    "causal_dropout": (64, 96, True, (-1, -1), 0.0, False, 0.2),
+}
+
+
+@pytest.mark.parametrize("name", SMALL_TILE_CASES)
+def test_forward_walk_of_small_tiles(monkeypatch, name):
+    """The forward with 16 x 16 tiles (tuning.FORWARD_TILE_VARIABLE): many whole key blocks between
+    masked ones, in fp32 against the fp64 reference."""
+    seqlen_q, seqlen_k, causal, window_size, softcap, alibi, dropout_p = SMALL_TILE_CASES[name]
+    monkeypatch.setenv(tuning.FORWARD_TILE_VARIABLE, "16,16,4,3")
+    batch, nheads, nheads_k, headdim, seed, offset = 1, 2, 1, 32, 987654321, 3
+    new = lambda s, h: torch.randn(batch, s, h, headdim, device=DEVICE)  # noqa: E731
+    q, k, v = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k)
+    slopes = _slopes(alibi, batch, nheads)
+    rng_state = torch.tensor([seed, offset], dtype=torch.int64, device=DEVICE)
+    out, lse = triton_backend.forward(q, k, v, headdim ** -0.5, window=_window(causal, window_size), softcap=softcap,
+                                      alibi_slopes=slopes, dropout_p=dropout_p, rng_state=rng_state)
+    mods = dict(window_size=window_size, softcap=softcap, alibi_slopes=slopes)
+    if dropout_p > 0:
+        keep = dropout_lib.keep_mask(seed, offset, batch, nheads, seqlen_q, seqlen_k, dropout_p).to(DEVICE)
+        mods.update(dropout_p=dropout_p, dropout_mask=keep)
+    assert_matches_reference(Results(out, lse, None, None, None), q, k, v, q, causal, headdim ** -0.5, torch.float64,
+                             **mods)
+
+
+def test_forward_launch_options(monkeypatch):
+    """The forward's fixed launch: 16-bit keeps _blocks' tile and Triton's default warps / stages, fp8
+    up to head dim 128 takes FP8_FORWARD_TILE (not on ROCm), and each variable overrides its own."""
+    from flash_attn.triton import attention
+
+    assert attention._forward_launch(128, fp8=False) == dict(BLOCK_M=64, BLOCK_N=64)
+    assert attention._forward_launch(256, fp8=True) == dict(BLOCK_M=32, BLOCK_N=32)
+    if torch.version.hip is None:
+        assert attention._forward_launch(128, fp8=True) == attention.FP8_FORWARD_TILE.launch_options()
+    monkeypatch.setenv(tuning.FP8_FORWARD_TILE_VARIABLE, "128,64,4,2")
+    assert attention._forward_launch(64, fp8=True) == dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2)
+    assert attention._forward_launch(64, fp8=False) == dict(BLOCK_M=64, BLOCK_N=64)
+
+
+def test_forward_tile_variable_is_checked(monkeypatch):
+    monkeypatch.setenv(tuning.FORWARD_TILE_VARIABLE, "128,64,8")
+    q = torch.randn(1, 8, 1, 32, device=DEVICE)
+    with pytest.raises(ValueError, match="FLASH_ATTENTION_TRITON_FORWARD_TILE must be four integers"):
+        triton_backend.forward(q, q, q, 0.1)
+
+
+@triton.jit
+def _walk_bounds_kernel(Params, Bounds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Bounds[case] = (lo, full_lo, full_hi, hi) of Params[case] = (m0, seqlen_q, seqlen_k, left, right)."""
+    params = Params + 5 * tl.program_id(0)
+    m0, seqlen_q, seqlen_k = tl.load(params), tl.load(params + 1), tl.load(params + 2)
+    left, right = tl.load(params + 3), tl.load(params + 4)
+    lo, hi = _key_range(m0, BLOCK_M, seqlen_q, seqlen_k, left, right, BLOCK_N)
+    full_lo, full_hi = _full_key_blocks(m0, lo, hi, seqlen_q, seqlen_k, left, right, BLOCK_M, BLOCK_N)
+    bounds = Bounds + 4 * tl.program_id(0)
+    tl.store(bounds, lo)
+    tl.store(bounds + 1, full_lo)
+    tl.store(bounds + 2, full_hi)
+    tl.store(bounds + 3, hi)
+
+
+def _visible_keys(m0, block_m, seqlen_q, seqlen_k, left, right):
+    """Bool (rows, seqlen_k): which keys the queries [m0, m0 + block_m) of the sequence see."""
+    rows = torch.arange(m0, min(m0 + block_m, seqlen_q))[:, None]
+    cols = torch.arange(seqlen_k)[None, :]
+    diagonal = rows + seqlen_k - seqlen_q
+    visible = cols >= 0
+    if right >= 0:
+        visible = visible & (cols <= diagonal + right)
+    if left >= 0:
+        visible = visible & (cols >= diagonal - left)
+    return visible
+
+
+@pytest.mark.parametrize("block_m,block_n", [(16, 16), (32, 16), (16, 64)])
+def test_full_key_blocks_are_seen_whole(block_m, block_n):
+    """For random lengths and windows: the walk [lo, hi) holds every visible key, and the blocks of
+    [full_lo, full_hi) (lo <= full_lo <= full_hi, within the walk's blocks) are visible to every query."""
+    generator = torch.Generator().manual_seed(block_m * 1000 + block_n)
+    cases = []
+    for _ in range(300):
+        seqlen_q, seqlen_k = (int(n) for n in torch.randint(1, 200, (2,), generator=generator))
+        left, right = (int(w) if w < 120 else -1 for w in torch.randint(0, 160, (2,), generator=generator))
+        m0 = int(torch.randint(0, triton.cdiv(seqlen_q, block_m), (1,), generator=generator)) * block_m
+        cases.append((m0, seqlen_q, seqlen_k, left, right))
+    bounds = torch.empty(len(cases), 4, dtype=torch.int32, device=DEVICE)
+    _walk_bounds_kernel[(len(cases),)](torch.tensor(cases, dtype=torch.int32, device=DEVICE), bounds,
+                                       BLOCK_M=block_m, BLOCK_N=block_n)
+    for (m0, seqlen_q, seqlen_k, left, right), (lo, full_lo, full_hi, hi) in zip(cases, bounds.tolist()):
+        visible = _visible_keys(m0, block_m, seqlen_q, seqlen_k, left, right)
+        end = lo + triton.cdiv(max(hi - lo, 0), block_n) * block_n
+        assert lo % block_n == 0 and full_lo % block_n == 0 and full_hi % block_n == 0
+        assert lo <= full_lo <= full_hi <= end
+        assert not visible[:, :lo].any() and not visible[:, max(hi, 0):].any()
+        assert full_lo == full_hi or (full_hi <= seqlen_k and visible[:, full_lo:full_hi].all())
 
 
 def test_triton_varlen_metadata_out_of_range():

@@ -69,6 +69,21 @@ def test_fp8_dense(name):
                      *references(q8, k8, v8, descales, headdim ** -0.5, alibi_slopes=slopes, **options))
 
 
+@pytest.mark.parametrize("name", ["window_both_sides", "causal_more_queries"])
+def test_fp8_walk_of_small_tiles(monkeypatch, name):
+    """32 x 32 tiles (the smallest an fp8 P . V takes; FP8_FORWARD_TILE_VARIABLE): walks of masked,
+    whole and masked key blocks (kernels._full_key_blocks), the whole ones without the mask."""
+    seqlen_q, seqlen_k, causal, window_size = {"window_both_sides": (100, 160, False, (60, 30)),
+                                               "causal_more_queries": (150, 70, True, (-1, -1))}[name]
+    monkeypatch.setenv(triton_backend.tuning.FP8_FORWARD_TILE_VARIABLE, "32,32,4,3")
+    (q8, k8, v8), descales = _inputs(1, seqlen_q, seqlen_k, 2, 1, 64)
+    options = dict(causal=causal, window_size=window_size)
+    out, lse, _ = flash_attn.flash_attn_func(
+        *_on_device((q8, k8, v8)), **options, return_attn_probs=True,
+        **dict(zip(("q_descale", "k_descale", "v_descale"), _on_device(descales))))
+    assert_fp8_close(out.cpu(), lse.cpu(), *references(q8, k8, v8, descales, 64 ** -0.5, **options))
+
+
 def test_fp8_without_descales_is_descale_one():
     """None descales mean 1.0 (FlashAttention 3's default): inputs already in e4m3's range; head
     dim 16 (the kernel's head block is then 32, tl.dot's smallest for 8-bit operands)."""

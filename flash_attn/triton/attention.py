@@ -39,6 +39,28 @@ def _blocks(headdim_padded):
     return (64, 64) if headdim_padded <= 128 else (32, 32)
 
 
+# The fp8 forward's fixed tile up to head dim 128 on NVIDIA GPUs: 128 x 128 in two warpgroups (8
+# warps, 64 query rows each, the height of one Hopper wgmma), 3 stages of K / V in flight (3 x 32 KiB
+# of fp8 plus q's 16 KiB of shared memory). An fp8 tile spends about as long in its softmax as in
+# its two products, so a wide key block spreads the per-row work (max, sum, rescale) over more keys.
+# Unmeasured; benchmarks/experiments/triton_fp8_speed.py times it against its neighbours.
+FP8_FORWARD_TILE = tuning.Tile(128, 128, 8, 3)
+
+
+def _forward_launch(block_d, fp8):
+    """The forward's fixed launch options: the tile of tuning.py's experiment variable where set, else
+    FP8_FORWARD_TILE for fp8 up to head dim 128 (not on ROCm, whose fp8 keeps the 16-bit tile), else
+    _blocks' tile with Triton's default warps and stages."""
+    variable = tuning.FP8_FORWARD_TILE_VARIABLE if fp8 else tuning.FORWARD_TILE_VARIABLE
+    tile = tuning.tile_from_environment(variable, None)
+    if tile is None and fp8 and block_d <= 128 and torch.version.hip is None:
+        tile = FP8_FORWARD_TILE
+    if tile is None:
+        block_m, block_n = _blocks(block_d)
+        return dict(BLOCK_M=block_m, BLOCK_N=block_n)
+    return tile.launch_options()
+
+
 def _dot_precision(dtype):
     """fp32 inputs multiply in full fp32 ("ieee"), not TF32: the fp32 path is for accuracy."""
     return "ieee" if dtype == torch.float32 else "tf32"
@@ -158,7 +180,8 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
         pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, pr.rng_state, descales, *pr.strides(q),
         *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out), *pr.vector_strides(lse), slope_stride,
         *(descales.stride()[:2] if fp8 else (0, 0)), *pr.tail_args(softmax_scale), IS_FP8=fp8,
-        INTERPRETER_ROUNDING=fp8 and tuning.interpreting(), **pr.meta())
+        INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
+        **dict(pr.meta(), fixed_blocks=_forward_launch(pr.block_d, fp8)))
     return out, lse
 
 

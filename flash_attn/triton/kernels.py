@@ -98,25 +98,35 @@ def _dropout_keep(rows, cols, Rng, batch, heads, head, threshold):
 
 
 @triton.jit
-def _scores(q, k, rows, cols, seqlen_q, seqlen_k, scale, softcap, slope, left, right,
-            HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """Final scores (BLOCK_M, BLOCK_N) of q (BLOCK_M, D) against k (BLOCK_N, D), -inf where masked,
-    and t = tanh(q.k * scale / softcap) (1 without softcap) for the backward's chain rule."""
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
-    t = tl.full(s.shape, 1.0, tl.float32)
-    if HAS_SOFTCAP:
-        t = _tanh(s / softcap)
-        s = softcap * t
+def _visible(rows, cols, seqlen_q, seqlen_k, left, right):
+    """Bool (BLOCK_M, BLOCK_N): key col exists and lies in query row's window (bottom-right aligned)."""
     diagonal = rows[:, None] + (seqlen_k - seqlen_q)
-    if HAS_ALIBI:
-        distance = diagonal - cols[None, :]
-        s = s - slope * tl.where(distance < 0, -distance, distance).to(tl.float32)
     visible = (cols[None, :] < seqlen_k) & (rows[:, None] < seqlen_q)
     if right >= 0:
         visible = visible & (cols[None, :] <= diagonal + right)
     if left >= 0:
         visible = visible & (cols[None, :] >= diagonal - left)
-    return tl.where(visible, s, float("-inf")), t
+    return visible
+
+
+@triton.jit
+def _scores(q, k, rows, cols, seqlen_q, seqlen_k, scale, softcap, slope, left, right,
+            HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
+            MASKED: tl.constexpr):
+    """Final scores (BLOCK_M, BLOCK_N) of q (BLOCK_M, D) against k (BLOCK_N, D), -inf where masked,
+    and t = tanh(q.k * scale / softcap) (1 without softcap) for the backward's chain rule. MASKED
+    False: the caller knows every key of the block is visible to every row (_full_key_blocks)."""
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
+    t = tl.full(s.shape, 1.0, tl.float32)
+    if HAS_SOFTCAP:
+        t = _tanh(s / softcap)
+        s = softcap * t
+    if HAS_ALIBI:
+        distance = rows[:, None] + (seqlen_k - seqlen_q) - cols[None, :]
+        s = s - slope * tl.where(distance < 0, -distance, distance).to(tl.float32)
+    if MASKED:
+        s = tl.where(_visible(rows, cols, seqlen_q, seqlen_k, left, right), s, float("-inf"))
+    return s, t
 
 
 @triton.jit
@@ -130,6 +140,26 @@ def _key_range(m0, block_m, seqlen_q, seqlen_k, left, right, BLOCK_N: tl.constex
     if left >= 0:
         lo = tl.maximum(0, m0 + diagonal - left) // BLOCK_N * BLOCK_N
     return lo, hi
+
+
+@triton.jit
+def _full_key_blocks(m0, lo, hi, seqlen_q, seqlen_k, left, right, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(full_lo, full_hi): the key blocks of the walk [lo, hi) (lo a multiple of BLOCK_N) split as
+    [lo, full_lo) masked, [full_lo, full_hi) seen whole by every query of [m0, m0 + BLOCK_M), and
+    [full_hi, hi) masked; all bounds multiples of BLOCK_N from lo. The whole blocks skip the mask,
+    which off the diagonal costs as much as the softmax's other work on an fp8 tile."""
+    diagonal = seqlen_k - seqlen_q
+    end = lo + (tl.maximum(hi - lo, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+    full_lo = lo
+    if left >= 0:  # the last row's first key, rounded up to a block
+        first = tl.maximum(m0 + BLOCK_M - 1 + diagonal - left, 0)
+        full_lo = tl.maximum(lo, (first + BLOCK_N - 1) // BLOCK_N * BLOCK_N)
+    full_lo = tl.minimum(full_lo, end)
+    stop = seqlen_k
+    if right >= 0:  # one past the first row's last key
+        stop = tl.minimum(stop, m0 + diagonal + right + 1)
+    full_hi = full_lo + tl.maximum(stop - full_lo, 0) // BLOCK_N * BLOCK_N
+    return full_lo, full_hi
 
 
 @triton.jit
@@ -160,16 +190,6 @@ def _load_row_block(ptr, batch, first, rows, length, head, dims, headdim, stride
 
 
 @triton.jit
-def _load_row_block_strided(ptr, batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h,
-                            stride_d):
-    """_load_row_block of a tensor whose last dim has stride stride_d: the fp8 forward's V, stored
-    keys-contiguous (attention.forward says why); stride_d == 1 elsewhere, which Triton specializes."""
-    offsets, mask = _row_block(batch, first, rows, length, head, dims * stride_d, headdim * stride_d, stride_b,
-                               stride_s, stride_h)
-    return tl.load(ptr + offsets, mask=mask, other=0.0)
-
-
-@triton.jit
 def _row_statistics(Lse, Delta, batch, head, first, rows, length, stride_lb, stride_lh):
     """The forward's lse and D = rowsum(dO * O) of the rows (+inf and 0 past the sequence)."""
     offsets = batch * stride_lb + head * stride_lh + first + rows
@@ -186,6 +206,27 @@ def _online_softmax(s, m_i, l_i):
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that see no key yet
     p = tl.exp2(s - m_base[:, None])
+    alpha = tl.exp2(m_i - m_base)
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
+def _online_softmax_of_products(qk, m_i, l_i, scale_log2, rows, cols, len_q, len_k, left, right,
+                                MASKED: tl.constexpr):
+    """_online_softmax of plain scaled scores (no softcap, no ALiBi) from the raw products qk, with
+    scale_log2 = scale * log2(e) > 0 folded in: an unmasked block takes the row maximum of qk
+    before scaling, then p = exp2(qk * scale_log2 - max) is one FMA per score (FlashAttention's own
+    order, csrc/flash/softmax.cuh; it needs the scale positive, which validation and the fp8
+    descales' meaning give). A masked block scales first, so that a zero scale cannot meet -inf."""
+    if MASKED:
+        s = tl.where(_visible(rows, cols, len_q, len_k, left, right), qk * scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that see no key yet
+        p = tl.exp2(s - m_base[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * scale_log2)
+        m_base = m_new
+        p = tl.exp2(qk * scale_log2 - m_base[:, None])
     alpha = tl.exp2(m_i - m_base)
     return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
 
@@ -209,6 +250,42 @@ def _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI: tl.constexpr):
 
 
 @triton.jit
+def _key_block(base, cols, len_k, dims, headdim, stride_s, stride_d, MASKED: tl.constexpr):
+    """The (BLOCK_N, BLOCK_D) block of keys `cols` of one head at `base` (its first key, dim 0);
+    whole blocks (MASKED False) lie inside the sequence and mask the padded head dims only."""
+    mask = dims[None, :] < headdim
+    if MASKED:
+        mask = mask & (cols[:, None] < len_k)
+    return tl.load(base + cols[:, None] * stride_s + dims[None, :] * stride_d, mask=mask, other=0.0)
+
+
+@triton.jit
+def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, len_q, len_k, stride_ks, stride_vs,
+            stride_vd, score_scale, scale_log2, softcap, slope, left, right, Rng, batch, heads, head, keep_threshold,
+            BLOCK_N: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+            DOT_PRECISION: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr):
+    """The forward's walk over the key blocks [start, stop) (multiples of BLOCK_N): returns acc, m_i,
+    l_i updated. MASKED False: every key of every block is visible (_full_key_blocks)."""
+    for n0 in range(start, stop, BLOCK_N):
+        cols = tl.multiple_of(n0, BLOCK_N) + tl.arange(0, BLOCK_N)
+        k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED)
+        v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, stride_vd, MASKED)
+        if HAS_SOFTCAP or HAS_ALIBI:
+            s, _ = _scores(q, k, rows, cols, len_q, len_k, score_scale, softcap, slope, left, right, HAS_SOFTCAP,
+                           HAS_ALIBI, DOT_PRECISION, MASKED)
+            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i)
+        else:
+            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+            p, alpha, m_i, l_i = _online_softmax_of_products(qk, m_i, l_i, scale_log2, rows, cols, len_q, len_k, left,
+                                                             right, MASKED)
+        if HAS_DROPOUT:  # the softmax normalizes before dropout
+            p = tl.where(_dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold), p, 0.0)
+        acc = tl.dot(_pv_operand(p, v.dtype, INTERPRETER_ROUNDING), v, acc * alpha[:, None],
+                     input_precision=DOT_PRECISION)
+    return acc, m_i, l_i
+
+
+@triton.jit
 def attention_forward_kernel(
         Q, K, V, Out, Lse, CuQ, CuK, Slopes, Rng, Descales,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_vd,
@@ -218,8 +295,12 @@ def attention_forward_kernel(
         HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
         IS_FP8: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr):
     """Out and Lse of one query block. IS_FP8: q, k, v are e4m3 with the descales of Descales
-    (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16)."""
-    m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16).
+
+    The key walk runs in three loops (_full_key_blocks): masked blocks before and after the ones
+    every query sees whole, which skip the mask. Query blocks run last to first, so that under a
+    causal mask the longest walks start first and the shortest fill the tail of the launch."""
+    m_block, head, batch = tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
     m0 = m_block * BLOCK_M
     if m0 < len_q:
@@ -232,22 +313,26 @@ def attention_forward_kernel(
         if IS_FP8:
             score_scale, out_scale = _descaled_scales(Descales, batch, kv_head, stride_descale_t, stride_descale_b,
                                                       scale, keep_scale)
+        K_head = K + batch * stride_kb + k_first * stride_ks + kv_head * stride_kh
+        V_head = V + batch * stride_vb + k_first * stride_vs + kv_head * stride_vh
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_M,), tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
         lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
-        for n0 in range(lo, hi, BLOCK_N):
-            cols = n0 + tl.arange(0, BLOCK_N)
-            k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh)
-            v = _load_row_block_strided(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs,
-                                        stride_vh, stride_vd)
-            s, _ = _scores(q, k, rows, cols, len_q, len_k, score_scale, softcap, slope, left, right, HAS_SOFTCAP,
-                           HAS_ALIBI, DOT_PRECISION)
-            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i)  # the softmax normalizes before dropout
-            if HAS_DROPOUT:
-                p = tl.where(_dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold), p, 0.0)
-            acc = acc * alpha[:, None] + tl.dot(_pv_operand(p, v.dtype, INTERPRETER_ROUNDING), v,
-                                                input_precision=DOT_PRECISION)
+        full_lo, full_hi = _full_key_blocks(m0, lo, hi, len_q, len_k, left, right, BLOCK_M, BLOCK_N)
+        scale_log2 = score_scale * LOG2E
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, lo, full_lo, rows, dims, headdim, len_q, len_k,
+                                stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope, left, right,
+                                Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                                DOT_PRECISION, INTERPRETER_ROUNDING, MASKED=True)
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, full_lo, full_hi, rows, dims, headdim, len_q, len_k,
+                                stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope, left, right,
+                                Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                                DOT_PRECISION, INTERPRETER_ROUNDING, MASKED=False)
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, full_hi, hi, rows, dims, headdim, len_q, len_k,
+                                stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope, left, right,
+                                Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                                DOT_PRECISION, INTERPRETER_ROUNDING, MASKED=True)
         out, lse = _normalized_rows(acc, m_i, l_i, out_scale)
         out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
                                            stride_oh)
@@ -261,7 +346,7 @@ def _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, l
     """P (BLOCK_M, BLOCK_N) recomputed from the forward's lse, and dS/d(q.k) per unit of dS:
     scale, times 1 - t^2 with softcap."""
     s, t = _scores(q, k, rows, cols, len_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI,
-                   DOT_PRECISION)
+                   DOT_PRECISION, MASKED=True)
     p = tl.exp2((s - lse[:, None]) * LOG2E)
     chain = tl.full(s.shape, 1.0, tl.float32) * scale
     if HAS_SOFTCAP:

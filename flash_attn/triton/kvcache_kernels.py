@@ -151,7 +151,7 @@ def kvcache_attention_kernel(
         v = tl.load(VCache + slab[:, None] * stride_vp + row[:, None] * stride_vr + kv_head * stride_vh + dims[None, :],
                     mask=kv_mask, other=0.0)
         s, _ = _scores(q, k, rows, cols, seqlen_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI,
-                       DOT_PRECISION)
+                       DOT_PRECISION, MASKED=True)
         p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     out, lse = _normalized_rows(acc, m_i, l_i, 1.0)

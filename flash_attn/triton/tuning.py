@@ -4,7 +4,9 @@ FLASH_ATTENTION_TRITON_AMD_AUTOTUNE="TRUE", which autotunes each kernel over a s
 Triton backend does. The variable is read per call, like FLASH_ATTENTION_TRITON_AMD_ENABLE.
 
 Without it, each kernel launches with the fixed tile its host chooses (attention._blocks,
-kvcache._blocks) and Triton's default num_warps / num_stages, exactly as before autotuning existed.
+kvcache._blocks) and Triton's default num_warps / num_stages, except the fp8 forward, whose tile
+names its warps and stages (attention.FP8_FORWARD_TILE); FORWARD_TILE_VARIABLE and
+FP8_FORWARD_TILE_VARIABLE below replace the forward's fixed tile for experiments.
 
 With it, the first call of a shape key times every config that fits the head dim (triton.autotune,
 its cache in memory for the process) and later calls reuse the winner; the key is the kernel's
@@ -25,6 +27,11 @@ import triton
 import triton.testing
 
 AUTOTUNE_VARIABLE = "FLASH_ATTENTION_TRITON_AMD_AUTOTUNE"
+# Experiment overrides of the forward's fixed tile, of fp32 / 16-bit inputs and of fp8 ones:
+# "BLOCK_M,BLOCK_N,num_warps,num_stages", read per call like the other variables, for sweeps such
+# as benchmarks/experiments/triton_fp8_speed.py. Unset, the host's tile runs; autotuning ignores them.
+FORWARD_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_FORWARD_TILE"
+FP8_FORWARD_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_FP8_FORWARD_TILE"
 
 # A tile is tried when each of its row blocks times the padded head dim stays within this many
 # elements (128 x 128), the bound the fixed tiles keep (32 x 32 above head dim 128): larger fp32
@@ -51,6 +58,10 @@ class Tile:
     num_warps: int = 4
     num_stages: int = 3
 
+    def launch_options(self):
+        """The keyword arguments of a fixed (untuned) launch."""
+        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages)
+
     def config(self):
         blocks = {"BLOCK_N": self.block_n}
         if self.block_m is not None:
@@ -60,13 +71,27 @@ class Tile:
 
 # The GPU lists start with the fixed tiles (64 x 64, 32 x 32 above head dim 128, Triton's default
 # 4 warps and 3 stages) and add larger and pipelined variants in the spirit of FlashAttention's AMD
-# sweep, kept short because every config compiles on the first call of each key.
+# sweep, kept short because every config compiles on the first call of each key. The forward's list
+# holds the fp8 forward's fixed tile too (attention.FP8_FORWARD_TILE).
 FORWARD_TILES = (Tile(64, 64), Tile(32, 32), Tile(128, 64, 8, 3), Tile(128, 64, 4, 2), Tile(128, 128, 8, 2),
-                 Tile(64, 32, 4, 4))
+                 Tile(64, 32, 4, 4), Tile(128, 128, 8, 3))
 BACKWARD_TILES = (Tile(64, 64), Tile(32, 32), Tile(32, 64, 4, 3), Tile(64, 32, 4, 3), Tile(64, 128, 8, 2),
                   Tile(128, 64, 8, 2))
 KVCACHE_TILES = (Tile(None, 64), Tile(None, 32), Tile(None, 128, 4, 3), Tile(None, 128, 8, 2), Tile(None, 64, 8, 3))
 INTERPRETER_TILES = {"attention": (Tile(32, 32), Tile(64, 64)), "kvcache": (Tile(None, 32), Tile(None, 64))}
+
+
+def tile_from_environment(variable, default):
+    """The Tile "BLOCK_M,BLOCK_N,num_warps,num_stages" that `variable` holds (read per call), else default."""
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
+    try:
+        block_m, block_n, num_warps, num_stages = (int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"flash_attn Triton backend: {variable} must be four integers "
+                         f"'BLOCK_M,BLOCK_N,num_warps,num_stages', got {text!r}") from None
+    return Tile(block_m, block_n, num_warps, num_stages)
 
 
 def fits(config, block_d):
@@ -106,7 +131,8 @@ class Launcher:
 
     def __call__(self, grid, *args, fixed_blocks, **meta):
         """grid: a function of the launch's meta-parameters (BLOCK_M / BLOCK_N included);
-        fixed_blocks: the blocks of the untuned launch, which the autotuner chooses itself."""
+        fixed_blocks: the blocks of the untuned launch (and where the host names them, its num_warps
+        and num_stages), which the autotuner chooses itself."""
         if enabled():
             self.tuned[grid](*args, **meta)
         else:
