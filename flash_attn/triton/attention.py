@@ -39,12 +39,12 @@ def _blocks(headdim_padded):
     return (64, 64) if headdim_padded <= 128 else (32, 32)
 
 
-# The fp8 forward's fixed tile up to head dim 128 on NVIDIA GPUs: 128 x 128 in two warpgroups (8
-# warps, 64 query rows each, the height of one Hopper wgmma), 3 stages of K / V in flight (3 x 32 KiB
-# of fp8 plus q's 16 KiB of shared memory). An fp8 tile spends about as long in its softmax as in
-# its two products, so a wide key block spreads the per-row work (max, sum, rescale) over more keys.
-# Unmeasured; benchmarks/experiments/triton_fp8_speed.py times it against its neighbours.
-FP8_FORWARD_TILE = tuning.Tile(128, 128, 8, 3)
+# The fp8 forward's fixed tile up to head dim 128 on NVIDIA GPUs: 128 queries x 64 keys, 4 warps, 3
+# stages. Swept on an H100 (triton 3.6, hd 128, 4k-16k tokens, causal and not; benchmarks/NOTES.md
+# v22, triton_fp8_speed.py): the fastest of seven tiles in every cell, 3-5% ahead of 128 x 128 with
+# 8 warps and 3-4 stages, 14-26% ahead of the 16-bit forward's 64 x 64, 26-35% ahead of 128 x 64
+# with 8 warps.
+FP8_FORWARD_TILE = tuning.Tile(128, 64, 4, 3)
 
 
 def _forward_launch(block_d, fp8):

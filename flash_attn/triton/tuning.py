@@ -74,7 +74,7 @@ class Tile:
 # sweep, kept short because every config compiles on the first call of each key. The forward's list
 # holds the fp8 forward's fixed tile too (attention.FP8_FORWARD_TILE).
 FORWARD_TILES = (Tile(64, 64), Tile(32, 32), Tile(128, 64, 8, 3), Tile(128, 64, 4, 2), Tile(128, 128, 8, 2),
-                 Tile(64, 32, 4, 4), Tile(128, 128, 8, 3))
+                 Tile(64, 32, 4, 4), Tile(128, 64, 4, 3))
 BACKWARD_TILES = (Tile(64, 64), Tile(32, 32), Tile(32, 64, 4, 3), Tile(64, 32, 4, 3), Tile(64, 128, 8, 2),
                   Tile(128, 64, 8, 2))
 KVCACHE_TILES = (Tile(None, 64), Tile(None, 32), Tile(None, 128, 4, 3), Tile(None, 128, 8, 2), Tile(None, 64, 8, 3))
