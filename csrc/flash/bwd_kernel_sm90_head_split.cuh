@@ -118,31 +118,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel_sm90_head_split(const __grid_constant__ BwdParams p, const __grid_constant__ BwdTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const BwdHeadSplitSmem<Cfg> s{arch::swizzle_aligned_dynamic_smem()};
-  const int tid = threadIdx.x, warpgroup = tid / arch::kWarpgroupThreads;
-  const auto kb = BwdKeyBlock<Cfg::kBlockM, Cfg::kBlockN>::current(p);
-  if (kb.template done_without_queries<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
-  if (tid == 0) {
-    arch::prefetch_tensor_map(&maps.q);
-    arch::prefetch_tensor_map(&maps.dout);
-    arch::prefetch_tensor_map(&maps.k);
-    arch::prefetch_tensor_map(&maps.v);
-    s.init_barriers();
-  }
-  __syncthreads();  // the barriers are initialized; the last CTA-wide barrier
-  if (warpgroup == 0) {
-    arch::release_registers_to<Cfg::kProducerRegs>();
-    const int warp = tid / arch::kWarpSize, lane = tid % arch::kWarpSize;
-    if (warp == 0) load_bwd_walk<Cfg>(s, p, maps, kb, lane);
-    if (warp == 1) write_head_split_dq<Cfg>(s, p, kb, lane);
-    return;
-  }
-  arch::claim_registers_to<Cfg::kMathRegs>();
   constexpr int kFirst = Cfg::template kGroupCols<0>, kSecond = Cfg::template kGroupCols<1>;
-  const int math_group = warpgroup - 1;
-  if (kFirst == kSecond || math_group == 0)
-    compute_head_split_walk<T, Cfg, kScoreExtras, kFirst>(s, p, kb, tid - arch::kWarpgroupThreads);
-  else
-    compute_head_split_walk<T, Cfg, kScoreExtras, kSecond>(s, p, kb, tid - arch::kWarpgroupThreads);
+  run_bwd_ws_roles<T, Cfg>(
+      s, p, maps, [&](const auto& kb, int lane) { write_head_split_dq<Cfg>(s, p, kb, lane); },
+      [&](const auto& kb, int math_tid) {
+        if (kFirst == kSecond || math_tid < arch::kWarpgroupThreads)
+          compute_head_split_walk<T, Cfg, kScoreExtras, kFirst>(s, p, kb, math_tid);
+        else
+          compute_head_split_walk<T, Cfg, kScoreExtras, kSecond>(s, p, kb, math_tid);
+      });
 #else
   __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
 #endif

@@ -186,12 +186,13 @@ __device__ __forceinline__ void compute_bwd_walk(const BwdWsSmem<Cfg>& s, const 
                                          [] { arch::named_barrier_sync(BwdWsBarriers::kDsFree, kMath); });
 }
 
-// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
-template <typename T, typename Cfg, bool kScoreExtras>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    bwd_kernel_sm90_ws(const __grid_constant__ BwdParams p, const __grid_constant__ BwdTensorMaps maps) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const BwdWsSmem<Cfg> s{arch::swizzle_aligned_dynamic_smem()};
+// The frame both warp-specialized backward kernels share: the CTA's key block (zero gradients and
+// out when no query sees it), the barriers and tensor maps, then the roles: the loader warp, the
+// dQ-writer warp (write_dq(kb, lane)) and, after the register reallocation, the math warpgroups
+// (compute(kb, math_tid), math_tid 0..kMathThreads-1).
+template <typename T, typename Cfg, typename Smem, typename WriteDq, typename Compute>
+__device__ __forceinline__ void run_bwd_ws_roles(const Smem& s, const BwdParams& p, const BwdTensorMaps& maps,
+                                                 WriteDq&& write_dq, Compute&& compute) {
   const int tid = threadIdx.x, warpgroup = tid / arch::kWarpgroupThreads;
   const auto kb = BwdKeyBlock<Cfg::kBlockM, Cfg::kBlockN>::current(p);
   if (kb.template done_without_queries<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
@@ -207,11 +208,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     arch::release_registers_to<Cfg::kProducerRegs>();
     const int warp = tid / arch::kWarpSize, lane = tid % arch::kWarpSize;
     if (warp == 0) load_bwd_walk<Cfg>(s, p, maps, kb, lane);
-    if (warp == 1) write_bwd_dq<Cfg>(s, p, kb, lane);
+    if (warp == 1) write_dq(kb, lane);
     return;
   }
   arch::claim_registers_to<Cfg::kMathRegs>();
-  compute_bwd_walk<T, Cfg, kScoreExtras>(s, p, kb, tid - arch::kWarpgroupThreads);
+  compute(kb, tid - arch::kWarpgroupThreads);
+}
+
+// kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
+template <typename T, typename Cfg, bool kScoreExtras>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    bwd_kernel_sm90_ws(const __grid_constant__ BwdParams p, const __grid_constant__ BwdTensorMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const BwdWsSmem<Cfg> s{arch::swizzle_aligned_dynamic_smem()};
+  run_bwd_ws_roles<T, Cfg>(
+      s, p, maps, [&](const auto& kb, int lane) { write_bwd_dq<Cfg>(s, p, kb, lane); },
+      [&](const auto& kb, int math_tid) { compute_bwd_walk<T, Cfg, kScoreExtras>(s, p, kb, math_tid); });
 #else
   __trap();  // the launcher selects this kernel only where the sm_90a image is loaded
 #endif
