@@ -20,35 +20,14 @@
 namespace flash {
 
 template <typename Cfg>
-struct BwdHeadSplitSmem {
-  unsigned char* base;
-
-  __device__ __forceinline__ char* k() const { return reinterpret_cast<char*>(base); }
-  __device__ __forceinline__ char* v() const { return k() + Cfg::KVTile::kBytes; }
+struct BwdHeadSplitSmem : BwdRingSmem<Cfg> {
+  using BwdRingSmem<Cfg>::base;
   __device__ __forceinline__ char* probs() const { return reinterpret_cast<char*>(base + Cfg::kProbsOffset); }
   __device__ __forceinline__ char* ds() const { return reinterpret_cast<char*>(base + Cfg::kDsOffset); }
-  __device__ __forceinline__ QueryStageSm90<Cfg> stage(int slot) const {
-    return QueryStageSm90<Cfg>::at(base + Cfg::kStageOffset + slot * Cfg::kStageBytes);
-  }
   // The step's dQ tile, over its stage's Q and dO once the step's MMAs are done with them.
-  __device__ __forceinline__ float* dq(int slot) const { return reinterpret_cast<float*>(stage(slot).q); }
-  __device__ __forceinline__ uint64_t* barrier(int index) const {
-    return reinterpret_cast<uint64_t*>(base + Cfg::kBarrierOffset) + index;
-  }
-  __device__ __forceinline__ uint64_t* kv_full() const { return barrier(0); }
-  __device__ __forceinline__ uint64_t* stage_full(int slot) const { return barrier(1 + slot); }
-  __device__ __forceinline__ uint64_t* stage_empty(int slot) const { return barrier(1 + Cfg::kStages + slot); }
-
-  // One thread, before any other touches them. A stage is full after the loader thread's TMA
-  // bytes and its warp's 32 cp.async arrivals, empty after the dQ writer's one arrival.
-  __device__ __forceinline__ void init_barriers() const {
-    arch::mbarrier_init(kv_full(), 1);
-    for (int slot = 0; slot < Cfg::kStages; ++slot) {
-      arch::mbarrier_init(stage_full(slot), 1 + arch::kWarpSize);
-      arch::mbarrier_init(stage_empty(slot), 1);
-    }
-    arch::fence_mbarrier_init();
-  }
+  __device__ __forceinline__ float* dq(int slot) const { return reinterpret_cast<float*>(this->stage(slot).q); }
+  // A stage is empty after the dQ writer's one arrival.
+  __device__ __forceinline__ void init_barriers() const { this->init_ring_barriers(1); }
 };
 
 // The dQ-writer warp. A stage's dQ barrier is reused only after the writer has freed that stage
@@ -117,7 +96,7 @@ template <typename T, typename Cfg, bool kScoreExtras>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel_sm90_head_split(const __grid_constant__ BwdParams p, const __grid_constant__ BwdTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const BwdHeadSplitSmem<Cfg> s{arch::swizzle_aligned_dynamic_smem()};
+  const BwdHeadSplitSmem<Cfg> s{{arch::swizzle_aligned_dynamic_smem()}};
   constexpr int kFirst = Cfg::template kGroupCols<0>, kSecond = Cfg::template kGroupCols<1>;
   run_bwd_ws_roles<T, Cfg>(
       s, p, maps, [&](const auto& kb, int lane) { write_head_split_dq<Cfg>(s, p, kb, lane); },

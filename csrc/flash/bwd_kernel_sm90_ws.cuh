@@ -56,18 +56,17 @@ struct BwdWsBarriers {
   static constexpr int kDqEmpty = 5;    // + buffer: the writer has read it out
 };
 
+// What both warp-specialized backward kernels keep at the same places of their shared memory: K and
+// V first, the Q / dO / lse / dsum stages at Cfg::kStageOffset, the mbarriers at Cfg::kBarrierOffset
+// (K/V full; per stage full, empty).
 template <typename Cfg>
-struct BwdWsSmem {
+struct BwdRingSmem {
   unsigned char* base;
 
   __device__ __forceinline__ char* k() const { return reinterpret_cast<char*>(base); }
   __device__ __forceinline__ char* v() const { return k() + Cfg::KVTile::kBytes; }
-  __device__ __forceinline__ char* ds() const { return v() + Cfg::KVTile::kBytes; }
   __device__ __forceinline__ QueryStageSm90<Cfg> stage(int slot) const {
     return QueryStageSm90<Cfg>::at(base + Cfg::kStageOffset + slot * Cfg::kStageBytes);
-  }
-  __device__ __forceinline__ float* dq(int buffer) const {
-    return reinterpret_cast<float*>(base + Cfg::kDqOffset + buffer * Cfg::kDqTileBytes);
   }
   __device__ __forceinline__ uint64_t* barrier(int index) const {
     return reinterpret_cast<uint64_t*>(base + Cfg::kBarrierOffset) + index;
@@ -77,15 +76,26 @@ struct BwdWsSmem {
   __device__ __forceinline__ uint64_t* stage_empty(int slot) const { return barrier(1 + Cfg::kStages + slot); }
 
   // One thread, before any other touches them. A stage is full after the loader thread's TMA
-  // bytes and its warp's 32 cp.async arrivals, empty after one arrival per math warpgroup.
-  __device__ __forceinline__ void init_barriers() const {
+  // bytes and its warp's 32 cp.async arrivals, empty after `empty_arrivals` arrivals.
+  __device__ __forceinline__ void init_ring_barriers(int empty_arrivals) const {
     arch::mbarrier_init(kv_full(), 1);
     for (int slot = 0; slot < Cfg::kStages; ++slot) {
       arch::mbarrier_init(stage_full(slot), 1 + arch::kWarpSize);
-      arch::mbarrier_init(stage_empty(slot), 2);
+      arch::mbarrier_init(stage_empty(slot), empty_arrivals);
     }
     arch::fence_mbarrier_init();
   }
+};
+
+template <typename Cfg>
+struct BwdWsSmem : BwdRingSmem<Cfg> {
+  using BwdRingSmem<Cfg>::base;
+  __device__ __forceinline__ char* ds() const { return this->v() + Cfg::KVTile::kBytes; }
+  __device__ __forceinline__ float* dq(int buffer) const {
+    return reinterpret_cast<float*>(base + Cfg::kDqOffset + buffer * Cfg::kDqTileBytes);
+  }
+  // A stage is empty once both math warpgroups are done with it.
+  __device__ __forceinline__ void init_barriers() const { this->init_ring_barriers(2); }
 };
 
 // The tensor maps of q, dout, k and v (host: make_bwd_tensor_maps in launch_bwd_sm90.cuh).
@@ -220,7 +230,7 @@ template <typename T, typename Cfg, bool kScoreExtras>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_kernel_sm90_ws(const __grid_constant__ BwdParams p, const __grid_constant__ BwdTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const BwdWsSmem<Cfg> s{arch::swizzle_aligned_dynamic_smem()};
+  const BwdWsSmem<Cfg> s{{arch::swizzle_aligned_dynamic_smem()}};
   run_bwd_ws_roles<T, Cfg>(
       s, p, maps, [&](const auto& kb, int lane) { write_bwd_dq<Cfg>(s, p, kb, lane); },
       [&](const auto& kb, int math_tid) { compute_bwd_walk<T, Cfg, kScoreExtras>(s, p, kb, math_tid); });
