@@ -18,6 +18,8 @@ from flash_attn import flash_attn_func
 # (batch, seqlen, heads, headdim, causal): the features suite's two deterministic shapes first
 BACKWARD_SHAPES = [(2, 8192, 16, 128, False), (8, 2048, 32, 64, False), (8, 2048, 16, 128, False),
                    (8, 2048, 16, 128, True), (8, 2048, 32, 64, True)]
+# --wide adds the head-split kernel's head dim and the speed suite's long hd 128 cell
+WIDE_SHAPES = [(1, 16384, 16, 128, False), (2, 8192, 8, 256, False), (8, 2048, 8, 256, True)]
 HOST_SEQLENS = (128, 256, 512, 1024)  # batch 8, 12 heads, hd 64
 
 
@@ -42,11 +44,12 @@ def backward_us(shape, deterministic):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--label", default="")
+    parser.add_argument("--wide", action="store_true", help="also hd 128 at 16k and hd 256")
     args = parser.parse_args()
     print(f"\n{args.label}: {torch.cuda.get_device_name()}")
     print("| build | backward | default µs | deterministic µs | ratio |")
     print("|---|---|---|---|---|")
-    for shape in BACKWARD_SHAPES:
+    for shape in BACKWARD_SHAPES + (WIDE_SHAPES if args.wide else []):
         default, deterministic = backward_us(shape, False), backward_us(shape, True)
         batch, seqlen, heads, headdim, causal = shape
         print(f"| {args.label} | b={batch} s={seqlen} h={heads} d={headdim}{' causal' if causal else ''} | "

@@ -142,32 +142,42 @@ __device__ __forceinline__ void issue_kv_gradient_sm90(float (&acc)[1][Cfg::kHea
 }
 
 // Writes a warp's dS^T fragment (16 keys from key0 x 8*NT queries from query0) into a CoreTile
-// (rows keys, columns queries) as T.
+// (rows keys, columns queries) as T. A lane's 2 x NT addresses are one base and compile-time steps:
+// 8 rows further is the next core matrix, 8 columns further the next chunk. (Written per (nt, h),
+// the 16 addresses were hoisted out of the query walk by ptxas and spilled: ~10 local loads per
+// step in the hd 128 backward, benchmarks/NOTES.md v23.)
 template <typename T, typename Tile, int NT>
 __device__ __forceinline__ void store_dscores_sm90(char* sdS, const float (&dscores_t)[1][NT][4], int key0, int query0,
                                                    int lane) {
+  static_assert(arch::kCoreRows == 8, "rows 8 apart are one core matrix apart");
+  char* base = sdS + Tile::byte_offset(key0 + arch::acc_row(lane, 0), query0 + arch::acc_col(lane, 0));
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int key = key0 + arch::acc_row(lane, 2 * h), query = query0 + nt * 8 + arch::acc_col(lane, 0);
-      *reinterpret_cast<uint32_t*>(sdS + Tile::byte_offset(key, query)) =
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<uint32_t*>(base + h * arch::kCoreBytes + nt * Tile::kChunkBytes) =
           arch::pack_pair<T>(dscores_t[0][nt][2 * h], dscores_t[0][nt][2 * h + 1]);
-    }
 }
 
 // Writes a warp's dQ fragment (rows row0.., columns col0.. of the query block) into the shared
-// copy of the dq_accum tile, in dq_accum's layout.
+// copy of the dq_accum tile, in dq_accum's layout. Rows 8 apart share their swizzle, and 32 columns
+// further is 8 whole units further (the swizzle only permutes a row's units within groups of 8), so
+// a lane needs 4 addresses (nt % 4) plus compile-time steps, not 2 x NT (see store_dscores_sm90).
 template <typename Cfg, int NT>
 __device__ __forceinline__ void store_dq_sm90(float* sdQ, const float (&dq)[1][NT][4], int row0, int col0, int lane) {
+  using Accum = DqAccum<Cfg::kHeadDim>;
+  constexpr int kGroups = NT < 4 ? NT : 4;  // 8-column tiles within 32 columns
+  static_assert(NT % kGroups == 0, "whole groups of 32 columns");
+  const int row = row0 + arch::acc_row(lane, 0), col = col0 + arch::acc_col(lane, 0);
+  float* group_base[kGroups];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) group_base[g] = sdQ + row * Cfg::kHeadDim + Accum::col_offset(row, col + 8 * g);
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + arch::acc_row(lane, 2 * h), col = col0 + nt * 8 + arch::acc_col(lane, 0);
-      *reinterpret_cast<float2*>(sdQ + row * Cfg::kHeadDim + DqAccum<Cfg::kHeadDim>::col_offset(row, col)) =
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<float2*>(group_base[nt % kGroups] + h * 8 * Cfg::kHeadDim + (nt / kGroups) * 32) =
           float2{dq[0][nt][2 * h], dq[0][nt][2 * h + 1]};
-    }
 }
 
 // Deterministic: waits until the add of `turn` (this thread's latest bulk group) is complete and
