@@ -55,6 +55,10 @@ _ROCM_ARCH_PATTERN = re.compile(r"gfx[0-9a-z]+(:[a-z]+[+-])*")
 COMPILER_SEARCHES = (("nvcc", ("CUDA_HOME", "CUDA_PATH"), "/usr/local/cuda"),
                      ("hipcc", ("ROCM_PATH", "ROCM_HOME"), "/opt/rocm"))
 
+# pip captures a build's output and shows it only with -v or when the build fails, so the skip
+# warning also goes to the terminal that pip runs in, where there is one (not in CI or docker build).
+TERMINAL = "/dev/tty"
+
 _BUILD_REQUIREMENTS_FIX = ("install torch and the build requirements into this environment, then build against them:\n"
                            "    pip install torch ninja setuptools wheel\n"
                            "    pip install --no-build-isolation -e .\n"
@@ -195,12 +199,25 @@ def _skip(requested, problem):
                                f"({SKIP_VARIABLE}=1 installs pure Python instead.)")
     compilers = gpu_compilers_found()
     if compilers:
-        # pip shows a build's output only with -v or on failure: stderr is the best a build that
-        # succeeds can do, and the message is long so that it is seen there.
-        print(skip_warning(problem, compilers), file=sys.stderr)
+        warning = skip_warning(problem, compilers)
+        print(warning, file=sys.stderr)
+        tell_terminal(warning)
     else:
         print(f"flash_attn: building without the GPU extension ({problem.reason}); CPU tensors use the reference path")
     return {}
+
+
+def tell_terminal(text):
+    """Writes text to the controlling terminal (TERMINAL) unless stderr already is it; True if it did.
+    Under pip, stderr is a pipe that pip shows only with -v: the terminal is where a user sees it."""
+    try:
+        if sys.stderr.isatty():
+            return False
+        with open(TERMINAL, "w", encoding="utf-8") as terminal:
+            terminal.write(text + "\n")
+    except (OSError, ValueError):  # no controlling terminal (CI, docker build), or stderr closed
+        return False
+    return True
 
 
 def gpu_extension(target, root):

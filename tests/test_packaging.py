@@ -133,6 +133,7 @@ def build_env(monkeypatch, tmp_path):
         if name.startswith("FLASH_ATTN_") or name in BUILD_VARIABLES:
             monkeypatch.delenv(name)
     monkeypatch.setattr(build_config, "ROOT", str(tmp_path))
+    monkeypatch.setattr(build_config, "TERMINAL", str(tmp_path / "terminal"))  # never the real /dev/tty
     return monkeypatch
 
 
@@ -357,6 +358,25 @@ def test_skip_with_a_gpu_compiler_warns(build, reason, fix, build_env, capsys):
     assert "flash_attn WARNING: the GPU extension flash_attn._C is NOT being built" in err
     assert "found:  /usr/local/cuda/bin/nvcc" in err and reason in err and fix in err
     assert "FLASH_ATTN_SKIP_CUDA_BUILD=1" in err and len(err.splitlines()) >= 8
+
+
+def test_skip_warning_reaches_the_terminal_under_pip(build_env, tmp_path, capsys):
+    """pip shows a successful build's stderr only with -v: the warning also goes to the controlling
+    terminal (stderr is not one here, as under pip), and nothing breaks where there is none."""
+    pretend(build_env, CPU_TORCH, ["/usr/local/cuda/bin/nvcc"])
+    assert build_config.extension_setup_kwargs() == {}
+    _, err = capsys.readouterr()
+    assert (tmp_path / "terminal").read_text() == err
+    build_env.setattr(build_config, "TERMINAL", str(tmp_path / "no-such-folder" / "tty"))
+    assert build_config.extension_setup_kwargs() == {}
+    assert "NOT being built" in capsys.readouterr().err
+
+
+def test_skip_warning_is_not_repeated_on_a_terminal_stderr(build_env, tmp_path, monkeypatch):
+    """setup.py run directly: stderr is the terminal, so the warning is written once."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert build_config.tell_terminal("warning") is False
+    assert not (tmp_path / "terminal").exists()
 
 
 def test_skip_without_gpu_compilers_is_one_line(build_env, capsys):
