@@ -5,10 +5,12 @@ import json
 import pathlib
 import sys
 
+import pytest
 import torch
 
 from helpers import OUT_FACTOR, assert_fa_close
 
+pytest.importorskip("matplotlib", reason="the example's report needs matplotlib")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples" / "gpt2"))
 import gpt2_model  # noqa: E402
 import train  # noqa: E402

@@ -10,6 +10,7 @@ import torch
 
 from helpers import OUT_FACTOR, assert_fa_close
 
+pytest.importorskip("matplotlib", reason="the example's report needs matplotlib")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples" / "llama_block"))
 import bench  # noqa: E402
 import llama_model  # noqa: E402
