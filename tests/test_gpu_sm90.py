@@ -167,9 +167,10 @@ def test_ws_forward_persistent_with_options(monkeypatch, headdim):
 # Uneven tiles: the warp-specialized forward's default grid (one CTA per SM) walks them in the
 # heaviest-first order (causal, window) or the packed one (varlen) of query_tile_scheduler.cuh;
 # "tiles" gives one CTA per tile.
-# (headdim, batch, seqlen, nheads, nheads_k, mods): more tiles than SMs in each case; the first
-# has two L2 groups of (batch, head) pairs (lightest first, then heaviest first), the second three
-# (heaviest, lightest, heaviest; the last one partial).
+# (headdim, batch, seqlen, nheads, nheads_k, mods): more tiles than SMs in each case; on a 132-SM
+# GPU the heaviest-first order has 2 to 7 groups of (batch, head) pairs (about one stride of tiles
+# each), alternating direction, the last one partial (4 groups of 17, 17, 17 and 13 pairs in the
+# first case, six of 7 and one of 6 in the second).
 UNEVEN_DENSE_CASES = [(128, 4, 1000, 16, 4, Mods(causal=True)), (128, 3, 2500, 16, 2, Mods(causal=True)),
                       (64, 3, 777, 32, 8, Mods(causal=True)),
                       (128, 2, 1500, 8, 8, Mods(causal=True, window_size=(300, 0))),

@@ -6,7 +6,8 @@
 #   PASS fwd | bwd, WHO ours | cudnn; e.g. "128:16384:0:fwd:ours 128:512:1:fwd:cudnn"
 #   SKIP_BUILD=1 keeps the installed build; FLASH_ATTN_HDIMS as for the build (default "64;128;256").
 #   SECTIONS overrides the ncu sections (default: throughput, memory, occupancy, scheduler, warp states,
-#   launch facts); SOURCE=1 adds the top stall sites (SourceCounters; the build has -lineinfo).
+#   launch facts); SOURCE=1 adds the top stall sites (SourceCounters; the build has -lineinfo);
+#   METRICS (comma-separated) adds metrics, e.g. with SECTIONS=LaunchStats for a short report.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/ncu_out}
@@ -34,6 +35,7 @@ PY
 sections=${SECTIONS:-"SpeedOfLight MemoryWorkloadAnalysis Occupancy SchedulerStats WarpStateStats LaunchStats"}
 [[ ${SOURCE:-0} == 1 ]] && sections="$sections SourceCounters"
 section_args=$(for s in $sections; do printf -- "--section %s " "$s"; done)
+[[ -n ${METRICS:-} ]] && section_args="$section_args --metrics $METRICS"
 for shape in $1; do
   IFS=: read -r hd seqlen causal pass_ who <<< "$shape"
   if [[ $who == ours ]]; then
@@ -46,5 +48,5 @@ for shape in $1; do
   ncu --clock-control none --kernel-name "regex:$regex" --launch-count 2 --print-details all $section_args \
     python3 /tmp/one_call.py "$hd" "$seqlen" "$causal" "$pass_" "$who" 2>&1 | grep -v "^==PROF==" \
     | sed -e 's/  \+/  /g' >> "$file"
-  grep -E "^  [a-z_0-9]+.*\(|Duration|DRAM Throughput|L2 Hit Rate|Registers Per|Grid Size|Block Size|Dynamic Shared|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp Per|No Eligible" "$file" | head -40
+  grep -E "^  [a-z_0-9]+.*\(|^  [a-z]+__|Duration|DRAM Throughput|L2 Hit Rate|Registers Per|Grid Size|Block Size|Dynamic Shared|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp Per|No Eligible" "$file" | head -40
 done

@@ -136,17 +136,20 @@ cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, cons
   if (err != cudaSuccess) return err;
   const bool varlen = params.varlen.cu_seqlens_q != nullptr;
   const bool uneven = params.window.left >= 0 || params.window.right >= 0;
-  const QueryTileOrder order{!varlen && uneven ? heaviest_first_group_pairs(params) : 0};
   const int tiles = query_tile_count<Cfg::kBlockM>(params);  // varlen: over max_seqlen_q, a bound
   const char* grid_choice = std::getenv("FLASH_ATTN_SM90_FWD_GRID");
-  int grid = tiles;
-  if (!(grid_choice != nullptr && std::strcmp(grid_choice, "tiles") == 0)) {
-    int device = 0, sms = 0;
-    err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cached_device_attribute<cudaDevAttrMultiProcessorCount>(device, sms);
-    if (err != cudaSuccess) return err;
-    grid = std::min(tiles, sms);
-  }
+  int grid = tiles, sms = 0;
+  int device = 0;
+  err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cached_device_attribute<cudaDevAttrMultiProcessorCount>(device, sms);
+  if (err != cudaSuccess) return err;
+  if (!(grid_choice != nullptr && std::strcmp(grid_choice, "tiles") == 0)) grid = std::min(tiles, sms);
+  // The groups are strides of the persistent grid (one CTA per SM), in either grid mode;
+  // FLASH_ATTN_SM90_FWD_GROUP_STRIDES sets how many (A/B measurements), else the L2 budget does.
+  const char* strides = std::getenv("FLASH_ATTN_SM90_FWD_GROUP_STRIDES");
+  const int group_pairs =
+      heaviest_first_group_pairs<Cfg::kBlockM>(params, sms, strides != nullptr ? std::atoi(strides) : 0);
+  const QueryTileOrder order{!varlen && uneven ? group_pairs : 0};
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params, maps, order);
   return cudaGetLastError();
 }

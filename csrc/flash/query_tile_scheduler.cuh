@@ -9,17 +9,17 @@
 //     a head's query blocks (last first), so the tiles in flight at once share a few heads' keys
 //     in L2.
 //   heaviest first (dense with a causal mask or a window): groups of `group_pairs` (batch, head)
-//     pairs, whose keys fit in L2 together, one after the other; within the last group, every
-//     pair's last query block (the one that sees the most keys), then every pair's block before
-//     it, and so on; the groups before it alternate between lightest and heaviest first, so that
-//     the last group is heaviest first. Consecutive tiles then cost about the same, and a static
-//     stride hands each CTA a light and a heavy part of two neighbouring groups in turn: every
-//     group heaviest first gave the CTAs that land on the groups' heavy starts up to 20% more work
-//     than the mean (a model of the stride at the speed suite's causal shapes, max / mean load
-//     1.13-1.24; ncu at hd 128 8k causal: SMs active 81% of the kernel's time), alternating
-//     1.00-1.03 (benchmarks/NOTES.md v17). The last group heaviest first keeps the light tiles
-//     for the end, as the longest-first ordering of FlashAttention 3's causal scheduler does with
-//     a counter.
+//     pairs (about one stride of the persistent grid, within an L2 budget), one after the other;
+//     within the last group, every pair's last query block (the one that sees the most keys),
+//     then every pair's block before it, and so on; the groups before it alternate between
+//     lightest and heaviest first, so that the last group is heaviest first. Consecutive tiles
+//     then cost about the same, and a static stride hands each CTA a light and a heavy part of two
+//     neighbouring groups in turn: every group heaviest first gave the CTAs that land on the
+//     groups' heavy starts up to 20% more work than the mean (a model of the stride at the speed
+//     suite's causal shapes, max / mean load 1.13-1.24; ncu at hd 128 8k causal: SMs active 81%
+//     of the kernel's time), alternating 1.00-1.03 (benchmarks/NOTES.md v17; with groups of one
+//     stride, v23). The last group heaviest first keeps the light tiles for the end, as the
+//     longest-first ordering of FlashAttention 3's causal scheduler does with a counter.
 //   packed (varlen): batch by batch, the heads, a head's blocks heaviest causal first; batch b has
 //     ceil(len_q(b) / kBlockM) blocks, len_q clamped as SequenceView clamps it, so no tile lies
 //     past a sequence's end (a grid over max_seqlen_q leaves most CTAs empty when lengths differ).
@@ -88,16 +88,27 @@ struct QueryTileWalk {
   }
 };
 
-// The group size of the heaviest-first order: as many (batch, query head) pairs as have keys and
-// values within kL2Budget bytes, their query heads' shares of GQA K/V heads counted whole (an
-// over-estimate), at least 1. Half of an H100's / H200's 50 MB L2: the rest holds Q, O and the
-// neighbouring group's keys.
+// The group size of the heaviest-first order: whole strides of the persistent grid (a stride is
+// `ctas` tiles, ctas / (query blocks per pair) pairs, at least 1), `strides` of them where > 0,
+// else as many as have keys and values within kL2Budget bytes (at least one), their query heads'
+// shares of GQA K/V heads counted whole (an over-estimate). Half of an H100's / H200's 50 MB L2:
+// the rest holds Q, O and the neighbouring group's keys. Whole strides give every CTA the same
+// number of tiles of each group, so with the groups alternating direction two neighbouring groups
+// give each CTA a heavy and a light part. Groups of the L2 budget alone (up to ~3 strides, not
+// whole) left the slowest CTA 13-17% above the mean at hd 256 (80-key steps) from 512 to 8k keys,
+// and the hd 256 causal forward at 512 keys read 307 MB from DRAM for its 201 MB of Q, K and V
+// (benchmarks/experiments/stride_model.py, benchmarks/NOTES.md v23).
 constexpr int64_t kL2Budget = 24ll << 20;
-inline int heaviest_first_group_pairs(const FwdParams& p) {
+template <int kBlockM>
+inline int heaviest_first_group_pairs(const FwdParams& p, int ctas, int strides = 0) {
   const int64_t pair_bytes = static_cast<int64_t>(p.shape.seqlen_k) * p.shape.headdim * 2 * 2;
   const int64_t pairs = static_cast<int64_t>(p.shape.batch) * p.shape.heads;
+  const int64_t m_blocks = ceil_div(p.shape.seqlen_q, kBlockM);
+  const int64_t stride_pairs = m_blocks > 0 && ctas >= m_blocks ? ctas / m_blocks : 1;
   const int64_t fit = pair_bytes > 0 ? kL2Budget / pair_bytes : pairs;
-  return static_cast<int>(fit < 1 ? 1 : fit > pairs ? pairs : fit);
+  const int64_t whole = strides > 0 ? strides : fit / stride_pairs > 1 ? fit / stride_pairs : 1;
+  const int64_t group = stride_pairs * whole;
+  return static_cast<int>(group > pairs ? pairs : group);
 }
 
 }  // namespace flash
