@@ -61,8 +61,13 @@ struct OnlineSoftmax {
         }
         block_max = arch::row_max(block_max);
         const float max_scaled = block_max == -INFINITY ? 0.f : block_max * scale_log2;
-        rescale[mt][h] =
-            row_max[mt][h] == -INFINITY ? 0.f : arch::exp2_approx(row_max[mt][h] * scale_log2 - max_scaled);
+        // Exactly 1 where the max did not rise, so that rescale_output_where_needed can skip O: as
+        // one expression, m_old * scale - max_scaled is contracted into an FMA whose result is the
+        // rounding residue of max_scaled, not 0, and almost every factor differed from 1 (ncu: O's
+        // rescale was 28% of the hd 256 forward's instructions; benchmarks/NOTES.md v23).
+        rescale[mt][h] = row_max[mt][h] == -INFINITY ? 0.f
+                         : row_max[mt][h] == block_max ? 1.f
+                                                       : arch::exp2_approx(row_max[mt][h] * scale_log2 - max_scaled);
         row_max[mt][h] = block_max;
         float sum = row_sum[mt][h] * rescale[mt][h];
 #pragma unroll
