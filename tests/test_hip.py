@@ -1,5 +1,5 @@
 """The AMD side on a CPU machine: the CDNA lane maps (csrc/flash/arch/cdna_layout.h) compiled with g++
-against AMD.md's layouts, the hipify step (hip/hipify_sources.py) and the ISA checker
+against hip/AMD.md's layouts, the hipify step (hip/hipify_sources.py) and the ISA checker
 (hip/check_isa.py). Compiling the probe kernel, the forward, the backward and the split-KV decode for
 gfx90a / gfx942 is CI's hip/ci_check.sh."""
 

@@ -1,5 +1,5 @@
 // Host check of the CDNA MFMA lane maps (csrc/flash/arch/cdna_layout.h) against the layouts in
-// docs AMD.md, which were checked against AMD's matrix instruction calculator (CDNA2 and CDNA3).
+// hip/AMD.md, which were checked against AMD's matrix instruction calculator (CDNA2 and CDNA3).
 // The formulas below are transcribed from AMD.md, not from the header. Plain C++17:
 //   g++ -std=c++17 -Wall -Wextra -Werror -I csrc tests/hip/cdna_layout_test.cpp -o cdna_layout_test
 // Prints one line per failed check and "ALL OK" when every lane and register matches.

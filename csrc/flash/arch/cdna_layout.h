@@ -1,7 +1,7 @@
 // Lane -> element maps of the CDNA (MI200 gfx90a, MI300 gfx942) MFMA atoms, wave64.
 //
 // Plain C++ (no HIP header needed) so that tests/hip/cdna_layout_test.cpp checks them with g++
-// against the layouts in docs AMD.md, which were checked against AMD's matrix instruction
+// against the layouts in hip/AMD.md, which were checked against AMD's matrix instruction
 // calculator for CDNA2 and CDNA3. With L the lane id (0..63):
 //   32x32x8 (f16, bf16_1k):  A[L%32][4*(L/32)+j], B[4*(L/32)+j][L%32], j = 0..3;
 //                            D (16 fp32) [8*(r/4) + 4*(L/32) + r%4][L%32], r = 0..15
