@@ -86,8 +86,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
         reduce_dq_tile<Cfg>(p, sdQ, kb.seq, head, kb.query_block_before(m_block) * kBlockM,
                             kb.template dq_turn</*kDeterministic=*/true>(p, kb.query_block_before(m_block)));
     };
-    kv_gradients_sm90<T, Cfg, kScoreExtras>(grads, p, kb, mod, dropout, sK, sV, sdS, stage, m0, at, add_previous_dq,
-                                            [] {});
+    uint32_t dscores_a[1][kBlockM / 16][4];  // dS^T, the A operand of dK's MMAs
+    kv_gradients_sm90<T, Cfg, kScoreExtras>(grads, p, kb, mod, dropout, sK, sV, sdS, stage, m0, at, dscores_a,
+                                            add_previous_dq, [] {});
     // Phase 3; deterministic: the previous block's add, issued under phase 1, is released under
     // the dQ MMAs (waiting for its completion right away stalled warpgroup 0's MMA issue on every
     // block, benchmarks/NOTES.md v8).
@@ -97,7 +98,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
       if (tid == 0 && step > 0)
         release_dq_tile(kb.template dq_turn</*kDeterministic=*/true>(p, kb.query_block_before(m_block)));
     };
-    dq_part_sm90<T, Cfg>(grads, sdS, sK, sdQ, at, release_previous_dq, [] {});
+    // Every MMA of the block done on return: the next step's loads overwrite this block's stage.
+    dq_part_sm90<T, Cfg, /*kDkInFlight=*/false>(grads, dscores_a, stage, sdS, sK, sdQ, at, release_previous_dq,
+                                                [] {});
   }
   __syncthreads();  // the last block's dQ tile is complete
   if (tid == 0) {

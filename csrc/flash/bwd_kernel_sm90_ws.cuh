@@ -10,9 +10,11 @@
 //     and for the add's completion before it lets the next key block add: the waits that stalled
 //     the math warps of the cp.async kernel (benchmarks/NOTES.md v8, v13). kDqBuffers shared dQ
 //     tiles let the math warpgroups run that many blocks ahead of the writer.
-//   Math warpgroups: bwd_sm90_step.cuh's phases, synchronized with each other by named barriers
-//     (dS^T written, dS^T read) and with the dQ writer by a full / empty pair of named barriers per
-//     dQ tile. The producer warpgroup hands its registers to them (setmaxnreg).
+//   Math warpgroups: bwd_sm90_step.cuh's phases, synchronized with each other by a named barrier
+//     (dS^T written) and with the dQ writer by a full / empty pair of named barriers per dQ tile
+//     (the empty one, which all math warps sync on after their dQ MMAs, also tells them that sdS
+//     is free for the next block's dS^T). A block's dK MMAs run under its dQ store; its stage is
+//     released once they are done. The producer warpgroup hands its registers to them (setmaxnreg).
 // Varlen: a TMA box cannot stop at a sequence's end, so Q / dO rows past it are the next
 // sequence's (or zeros past the tensor) and so are K / V rows; the mask gives those pairs
 // probability 0 (lse and dsum arrive as 0 there), so they add nothing to dK, dV or dQ.
@@ -50,7 +52,7 @@ struct BwdWsConfig : BwdSm90Config<kHeadDim_, kBlockM_, kStages_, 2, kDvAfterDs_
 // Named barriers (0 is __syncthreads'): among the math warpgroups, and per dQ tile between them
 // and the dQ-writer warp.
 struct BwdWsBarriers {
-  static constexpr int kDsFree = 1;     // every math warp is done with the previous block's dS^T
+  static constexpr int kDsFree = 1;     // every math warp is done with dS^T (the epilogue's)
   static constexpr int kDsWritten = 2;  // every math warp has written this block's dS^T
   static constexpr int kDqFull = 3;     // + buffer: the math warps wrote the dQ tile
   static constexpr int kDqEmpty = 5;    // + buffer: the writer has read it out
@@ -175,21 +177,25 @@ __device__ __forceinline__ void compute_bwd_walk(const BwdWsSmem<Cfg>& s, const 
   arch::zero_accumulators(grads.dk);
   arch::zero_accumulators(grads.dv);
   arch::mbarrier_wait_parity(s.kv_full(), 0);
+  const bool stage_releaser = math_tid % arch::kWarpgroupThreads == 0;
   int m_block = kb.m_start;
   for (int step = 0; step < kb.query_blocks(); ++step, m_block = kb.query_block_after(m_block, 1)) {
     const RingPosition<Cfg::kStages> slot(step);
     const int buffer = step % Cfg::kDqBuffers;
     const QueryStageSm90<Cfg> stage = s.stage(slot.slot);
     arch::mbarrier_wait_parity(s.stage_full(slot.slot), slot.parity);
+    uint32_t dscores_a[1][Cfg::kBlockM / 16][4];  // dS^T, the A operand of dK's MMAs
+    // No barrier before the dS^T store: every math warp passed the previous block's dQ-empty barrier
+    // (a sync of all of them) after its dQ MMAs, the readers of sdS, were done.
     kv_gradients_sm90<T, Cfg, kScoreExtras>(grads, p, kb, mod, dropout, s.k(), s.v(), s.ds(), stage,
-                                            m_block * Cfg::kBlockM, at, [] {},
-                                            [] { arch::named_barrier_sync(BwdWsBarriers::kDsFree, kMath); });
+                                            m_block * Cfg::kBlockM, at, dscores_a, [] {}, [] {});
     arch::named_barrier_sync(BwdWsBarriers::kDsWritten, kMath);
-    dq_part_sm90<T, Cfg>(grads, s.ds(), s.k(), s.dq(buffer), at, [] {}, [&] {
+    dq_part_sm90<T, Cfg, /*kDkInFlight=*/true>(grads, dscores_a, stage, s.ds(), s.k(), s.dq(buffer), at, [] {}, [&] {
       arch::named_barrier_sync(BwdWsBarriers::kDqEmpty + buffer, kSyncThreads);
     });
-    if (math_tid % arch::kWarpgroupThreads == 0) arch::mbarrier_arrive(s.stage_empty(slot.slot));
     arch::named_barrier_arrive(BwdWsBarriers::kDqFull + buffer, kSyncThreads);
+    wait_for_dk(grads);  // dK's MMAs ran under the dQ store; then the stage is free
+    if (stage_releaser) arch::mbarrier_arrive(s.stage_empty(slot.slot));
   }
   arch::named_barrier_sync(BwdWsBarriers::kDsFree, kMath);  // every math warp is done reading K, V and dS^T
   store_kv_gradients_sm90<T, Cfg, kMath>(grads, p, kb, dropout, s.base, at, math_tid,

@@ -6,13 +6,17 @@
 //      P^T = exp(logits^T - lse), dS^T = P^T * (dP^T - dsum) * scale, in registers (logits with
 //      the score modifiers and mask; dropout's keep bits, drawn while the MMAs run, on the dV
 //      operand P^T and on dP^T)
-//   2. dV += P^T.dO, dK += dS^T.Q        (64 keys x hd; A = P^T / dS^T straight from registers,
-//                                         which is what the sm80 kernel cannot do with its grids)
-//      issued so that the exponentials run under the dP^T wgmmas and dS^T under the dV ones
+//   2. dV += P^T.dO                      (64 keys x hd; A = P^T straight from registers, which is
+//                                         what the sm80 kernel cannot do with its grids), issued
+//                                         so that the exponentials run under the dP^T wgmmas and,
+//                                         unless kDvAfterDs, dS^T under the dV ones
 //   3. its part of dQ = dS.K             (kBlockM x hd, split between two warpgroups by head dim
 //                                         or, with 128-query steps, by query; dS^T of all
 //                                         warpgroups through shared memory), written to a shared
-//                                         copy of the dq_accum tile
+//                                         copy of the dq_accum tile, and dK += dS^T.Q (A = dS^T
+//                                         from registers) issued after it, so that dK's MMAs run
+//                                         under the dQ store and, in the warp-specialized kernel,
+//                                         into the next block's start
 // One thread then adds the whole dQ tile into dq_accum with a single bulk reduction (TMA engine;
 // in a fixed order of key blocks when deterministic, dq_order.cuh): per-element atomics from every
 // thread kept L2 two-thirds busy and stalled the warps that issued them (ncu, benchmarks/NOTES.md).
@@ -233,16 +237,17 @@ struct BwdSm90Gradients {
   float dv[1][Cfg::kHeadDim / 8][4];
 };
 
-// Phases 1 and 2 of one query block (m0) for one warpgroup, up to the dK MMAs in flight; dS^T is in
-// sdS once they are issued. after_issue() runs right after the S^T / dP^T MMAs are issued (under
-// them), before_ds_store() before this warp writes dS^T into sdS (the caller's wait for the other
-// warpgroups to be done reading the previous block's).
+// Phases 1 and 2 of one query block (m0) for one warpgroup, up to dS^T: in sdS (written once
+// before_ds_store() returns: the caller's wait for the other warpgroups to be done reading the
+// previous block's) and in dscores_a, the A operand of dK += dS^T.Q, which phase 3 issues after
+// dQ's MMAs. dV's MMAs are in flight on return. after_issue() runs right after the S^T / dP^T MMAs
+// are issued (under them).
 template <typename T, typename Cfg, bool kScoreExtras, typename KeyBlock, typename AfterIssue, typename BeforeDsStore>
 __device__ __forceinline__ void kv_gradients_sm90(BwdSm90Gradients<Cfg>& grads, const BwdParams& p, const KeyBlock& kb,
                                                   const ScoreMod& mod, const Dropout& dropout, const char* sK,
                                                   const char* sV, char* sdS, const QueryStageSm90<Cfg>& stage, int m0,
-                                                  const BwdSm90Lanes& at, AfterIssue&& after_issue,
-                                                  BeforeDsStore&& before_ds_store) {
+                                                  const BwdSm90Lanes& at, uint32_t (&dscores_a)[1][Cfg::kBlockM / 16][4],
+                                                  AfterIssue&& after_issue, BeforeDsStore&& before_ds_store) {
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kScoreNT = kBlockM / 8;
   const int n0 = kb.n0, lane = at.lane;
   const AttentionMask& mask = kb.mask;
@@ -273,17 +278,19 @@ __device__ __forceinline__ void kv_gradients_sm90(BwdSm90Gradients<Cfg>& grads, 
   before_ds_store();
   store_dscores_sm90<T, typename Cfg::DsTile>(sdS, dprobs_t, at.warp_key0, 0, lane);
   arch::fence_proxy_async();
-  uint32_t dscores_a[1][kBlockM / 16][4];
   arch::accumulators_to_a_fragments<T>(dscores_a, dprobs_t);
-  issue_kv_gradient_sm90<T, Cfg>(grads.dk, dscores_a, stage.q);  // dK += dS^T.Q
 }
 
 // Phase 3 for one warpgroup, once every warpgroup's dS^T is in sdS: its part of dQ = dS.K over all
-// kBlockN keys, written into the shared dq_accum tile sdQ once before_dq_store() returns.
-// under_mmas() runs while the dQ MMAs do. Waits for every MMA of the step (dV and dK too), so the
-// stage's Q and dO are free when it returns.
-template <typename T, typename Cfg, typename UnderMmas, typename BeforeDqStore>
-__device__ __forceinline__ void dq_part_sm90(BwdSm90Gradients<Cfg>& grads, const char* sdS, const char* sK,
+// kBlockN keys, then dK += dS^T.Q (FlashAttention 3's order: dQ's result is needed first), and dQ
+// written into the shared dq_accum tile sdQ once before_dq_store() returns. under_mmas() runs while
+// the MMAs do. kDkInFlight: dK's MMAs may still run on return (they read dscores_a and the stage's
+// Q: the caller waits for them, wait_for_dk, before it touches either); else every MMA of the step
+// is done, so the stage's Q and dO are free.
+template <typename T, typename Cfg, bool kDkInFlight, typename UnderMmas, typename BeforeDqStore>
+__device__ __forceinline__ void dq_part_sm90(BwdSm90Gradients<Cfg>& grads,
+                                             const uint32_t (&dscores_a)[1][Cfg::kBlockM / 16][4],
+                                             const QueryStageSm90<Cfg>& stage, const char* sdS, const char* sK,
                                              float* sdQ, const BwdSm90Lanes& at, UnderMmas&& under_mmas,
                                              BeforeDqStore&& before_dq_store) {
   const int dq_row0 = Cfg::kDqSplitByQuery ? at.warpgroup * 64 : 0;
@@ -296,14 +303,23 @@ __device__ __forceinline__ void dq_part_sm90(BwdSm90Gradients<Cfg>& grads, const
     arch::Wgmma<T, Cfg::kDqCols>::template ss<true, true>(
         dq[0], Cfg::DsTile::mn_major(sdS, dq_row0, ks), Cfg::KVTile::mn_major(sK, dq_col0, ks), ks > 0);
   arch::wgmma_commit();
+  issue_kv_gradient_sm90<T, Cfg>(grads.dk, dscores_a, stage.q);  // dK += dS^T.Q
   under_mmas();
-  arch::wgmma_wait<0>();
+  arch::wgmma_wait<kDkInFlight ? 1 : 0>();  // dQ (and dV) done
   arch::wgmma_fence_operand(dq[0]);
   arch::wgmma_fence_operand(grads.dv[0]);
-  arch::wgmma_fence_operand(grads.dk[0]);
+  if constexpr (!kDkInFlight) arch::wgmma_fence_operand(grads.dk[0]);
   before_dq_store();
   store_dq_sm90<Cfg>(sdQ, dq, dq_row0 + at.warp_in_group * 16, dq_col0, at.lane);
   arch::fence_proxy_async();
+}
+
+// The wait dq_part_sm90<kDkInFlight = true> leaves to its caller: every MMA issued so far is done
+// (dK's too), so dK, its A fragments and the stage's Q may be used again.
+template <typename Cfg>
+__device__ __forceinline__ void wait_for_dk(BwdSm90Gradients<Cfg>& grads) {
+  arch::wgmma_wait<0>();
+  arch::wgmma_fence_operand(grads.dk[0]);
 }
 
 // Epilogue: dK and dV (scale_dk_and_dv) through shared memory at `smem`

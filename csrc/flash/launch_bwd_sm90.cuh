@@ -69,7 +69,7 @@ struct BwdWsTile<64> {
 template <>
 struct BwdWsTile<128> {
   static constexpr bool kAvailable = true;
-  using type = BwdWsConfig<128, 64, 2, 2, true>;
+  using type = BwdWsConfig<128, 64, 2, 2, false>;
   // Causal up to 512 keys keeps the cp.async kernel: 493-494 vs 522-523 µs at 512 (H100,
   // kernel_choice.py); at 1k they are equal (657 µs), at 2k causal the warp-specialized one is 2-3% ahead.
   static bool preferred(const BwdParams& p) { return !(p.fwd.causal && p.fwd.shape.seqlen_k <= 512); }
