@@ -209,7 +209,7 @@ __device__ __forceinline__ void compute_bwd_walk(const BwdWsSmem<Cfg>& s, const 
 template <typename T, typename Cfg, typename Smem, typename WriteDq, typename Compute>
 __device__ __forceinline__ void run_bwd_ws_roles(const Smem& s, const BwdParams& p, const BwdTensorMaps& maps,
                                                  WriteDq&& write_dq, Compute&& compute) {
-  const int tid = threadIdx.x, warpgroup = tid / arch::kWarpgroupThreads;
+  const int tid = threadIdx.x, warpgroup = arch::warp_uniform(tid / arch::kWarpgroupThreads);
   const auto kb = BwdKeyBlock<Cfg::kBlockM, Cfg::kBlockN>::current(p);
   if (kb.template done_without_queries<T, Cfg::kHeadDim, Cfg::kThreads>(p, tid)) return;
   if (tid == 0) {

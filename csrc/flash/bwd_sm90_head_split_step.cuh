@@ -98,8 +98,8 @@ struct BwdHeadSplitLanes {
 template <typename Cfg>
 __device__ __forceinline__ BwdHeadSplitLanes bwd_head_split_lanes(int math_tid) {
   BwdHeadSplitLanes l;
-  l.warpgroup = math_tid / arch::kWarpgroupThreads;
-  l.warp_in_group = (math_tid / arch::kWarpSize) % 4;
+  l.warpgroup = arch::warp_uniform(math_tid / arch::kWarpgroupThreads);
+  l.warp_in_group = arch::warp_uniform((math_tid / arch::kWarpSize) % 4);
   l.lane = math_tid % arch::kWarpSize;
   l.key0 = l.warp_in_group * 16;
   l.query0 = l.warpgroup * Cfg::kGroupQueries;

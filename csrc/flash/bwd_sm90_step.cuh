@@ -222,8 +222,8 @@ struct BwdSm90Lanes {
 template <typename Cfg>
 __device__ __forceinline__ BwdSm90Lanes bwd_sm90_lanes(int math_tid) {
   BwdSm90Lanes l;
-  l.warpgroup = math_tid / arch::kWarpgroupThreads;
-  l.warp_in_group = (math_tid / arch::kWarpSize) % 4;
+  l.warpgroup = arch::warp_uniform(math_tid / arch::kWarpgroupThreads);
+  l.warp_in_group = arch::warp_uniform((math_tid / arch::kWarpSize) % 4);
   l.lane = math_tid % arch::kWarpSize;
   l.group_key0 = l.warpgroup * 64;
   l.warp_key0 = l.group_key0 + l.warp_in_group * 16;

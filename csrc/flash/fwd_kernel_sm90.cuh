@@ -202,7 +202,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   const FwdSm90Smem<Cfg> s{reinterpret_cast<char*>(smem)};
 
   const int tid = threadIdx.x, lane = tid % arch::kWarpSize;
-  const int warpgroup = tid / arch::kWarpgroupThreads, warp_in_group = (tid / arch::kWarpSize) % 4;
+  const int warpgroup = arch::warp_uniform(tid / arch::kWarpgroupThreads);
+  const int warp_in_group = arch::warp_uniform((tid / arch::kWarpSize) % 4);
   const int group_row0 = warpgroup * 64;                  // this warpgroup's queries in the block
   const int warp_row0 = group_row0 + warp_in_group * 16;  // this warp's accumulator rows
   record_rng_state(p.dropout, tid);

@@ -277,7 +277,7 @@ template <typename T, typename Cfg, bool kScoreExtras, typename Maps>
 __device__ __forceinline__ void fwd_ws_cta(const FwdParams& p, const Maps& maps, const QueryTileOrder& order) {
   using QueryBlock = FwdQueryBlock<Cfg::kBlockM, Cfg::kBlockN>;
   const FwdWsSmem<Cfg> s{reinterpret_cast<char*>(arch::swizzle_aligned_dynamic_smem())};
-  const int tid = threadIdx.x, warpgroup = tid / arch::kWarpgroupThreads;
+  const int tid = threadIdx.x, warpgroup = arch::warp_uniform(tid / arch::kWarpgroupThreads);
   record_rng_state(p.dropout, tid);
   if (tid == 0) {
     arch::prefetch_tensor_map(&maps.q);

@@ -61,18 +61,16 @@ struct SwizzledTile {
 
   // Operand whose rows are M (or N) and columns K: the rows from row0 (a multiple of 8), k-step ks.
   __device__ __forceinline__ static uint64_t k_major(const void* tile, int row0, int ks) {
-    const char* start = static_cast<const char*>(tile) + (ks / 4) * kBlockBytes + (row0 / 8) * kSwizzleAtomBytes +
-                        (ks % 4) * 32;
-    return smem_descriptor_swizzle128(start, 16, kSwizzleAtomBytes);
+    return advance_descriptor(smem_descriptor_swizzle128(tile, 16, kSwizzleAtomBytes),
+                              (ks / 4) * kBlockBytes + (row0 / 8) * kSwizzleAtomBytes + (ks % 4) * 32);
   }
 
   // Operand whose rows are K and columns M (or N): columns from col0 (a multiple of 8), k-step ks.
   // Inside a 64-column block the start moves by whole 16-byte chunks, as a k-step does in the
   // K-major view: the hardware swizzles the final address.
   __device__ __forceinline__ static uint64_t mn_major(const void* tile, int col0, int ks) {
-    const char* start = static_cast<const char*>(tile) + (col0 / 64) * kBlockBytes + ((col0 % 64) / 8) * 16 +
-                        ks * 2 * kSwizzleAtomBytes;
-    return smem_descriptor_swizzle128(start, kBlockBytes, kSwizzleAtomBytes);
+    return advance_descriptor(smem_descriptor_swizzle128(tile, kBlockBytes, kSwizzleAtomBytes),
+                              (col0 / 64) * kBlockBytes + ((col0 % 64) / 8) * 16 + ks * 2 * kSwizzleAtomBytes);
   }
 };
 

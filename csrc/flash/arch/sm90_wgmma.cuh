@@ -96,6 +96,23 @@ __device__ __forceinline__ uint64_t smem_descriptor(const void* start, uint32_t 
          static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32;
 }
 
+// The descriptor of the operand `byte_offset` bytes (a multiple of 16) past the start of `desc`'s,
+// inside shared memory: the start-address field (bits 0-13, address / 16) advanced. The tiles'
+// operand descriptors are their base's plus a constant, so that the compiler builds a tile's
+// descriptor once and each k-step's with one add. (Built from the address each time, with the
+// offset added before the mask and shift, each wgmma cost ~6 uniform-datapath instructions: ncu
+// of the hd 128 backward read the uniform pipe at 12% of its issued instructions, cuDNN's at 1.6%,
+// benchmarks/NOTES.md v25.) Shared-memory addresses are below 2^18, so the field cannot carry.
+__device__ __forceinline__ uint64_t advance_descriptor(uint64_t desc, uint32_t byte_offset) {
+  return (desc & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(desc) + (byte_offset >> 4));
+}
+
+// `value`, the same in every lane of the warp, in a form the compiler knows to be so: lane 0's,
+// broadcast. Operand descriptors built from it (a warpgroup's rows of a tile) can then live in
+// uniform registers; built from threadIdx arithmetic they were per-thread values, moved to uniform
+// registers before each wgmma (R2UR).
+__device__ __forceinline__ int warp_uniform(int value) { return __shfl_sync(0xffffffffu, value, 0); }
+
 // A (kRows x kCols) tile of 16-bit elements in the core-matrix layout described above.
 template <int kRows, int kCols>
 struct CoreTile {
@@ -110,14 +127,14 @@ struct CoreTile {
 
   // Operand whose rows are M (or N) and columns K: the 64 (or N) rows from row0, k-step ks.
   __device__ __forceinline__ static uint64_t k_major(const void* tile, int row0, int ks) {
-    const char* start = static_cast<const char*>(tile) + (row0 / kCoreRows) * kCoreBytes + 2 * ks * kChunkBytes;
-    return smem_descriptor(start, kChunkBytes, kCoreBytes);
+    return advance_descriptor(smem_descriptor(tile, kChunkBytes, kCoreBytes),
+                              (row0 / kCoreRows) * kCoreBytes + 2 * ks * kChunkBytes);
   }
 
   // Operand whose rows are K and columns M (or N): columns from col0, k-step ks (rows 16ks..).
   __device__ __forceinline__ static uint64_t mn_major(const void* tile, int col0, int ks) {
-    const char* start = static_cast<const char*>(tile) + (col0 / 8) * kChunkBytes + 2 * ks * kCoreBytes;
-    return smem_descriptor(start, kCoreBytes, kChunkBytes);
+    return advance_descriptor(smem_descriptor(tile, kCoreBytes, kChunkBytes),
+                              (col0 / 8) * kChunkBytes + 2 * ks * kCoreBytes);
   }
 };
 
