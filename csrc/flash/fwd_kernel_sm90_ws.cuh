@@ -277,7 +277,7 @@ template <typename T, typename Cfg, bool kScoreExtras, typename Maps>
 __device__ __forceinline__ void fwd_ws_cta(const FwdParams& p, const Maps& maps, const QueryTileOrder& order) {
   using QueryBlock = FwdQueryBlock<Cfg::kBlockM, Cfg::kBlockN>;
   const FwdWsSmem<Cfg> s{reinterpret_cast<char*>(arch::swizzle_aligned_dynamic_smem())};
-  const int tid = threadIdx.x, warpgroup = arch::warp_uniform(tid / arch::kWarpgroupThreads);
+  const int tid = threadIdx.x, warpgroup = tid / arch::kWarpgroupThreads;
   record_rng_state(p.dropout, tid);
   if (tid == 0) {
     arch::prefetch_tensor_map(&maps.q);
@@ -307,7 +307,11 @@ __device__ __forceinline__ void fwd_ws_cta(const FwdParams& p, const Maps& maps,
     return;
   }
   arch::claim_registers_to<Cfg::kConsumerRegs>();
-  const WarpgroupTurns<Cfg::kConsumers> turns{warpgroup - 1};
+  // The consumer index as a warp-uniform value keeps the step's operand descriptors in uniform
+  // registers (arch::warp_uniform), except above hd 128: there ptxas then spilled 21 per-tile values
+  // and the forward ran ~5% slower at 512-1k keys (H200, benchmarks/NOTES.md v25).
+  const int consumer = warpgroup - 1;
+  const WarpgroupTurns<Cfg::kConsumers> turns{Cfg::kHeadDim <= 128 ? arch::warp_uniform(consumer) : consumer};
   turns.start();
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const QueryTileCoord at = walk.locate(p, order, tile);
