@@ -46,10 +46,10 @@ constexpr int kShortCausalKeys = 1024;
 // dQ tiles, dV issued after dS>. The tiles are the cp.async kernel's (two warpgroups of 64 keys);
 // two slots, not three, so that two dQ tiles fit (the loads no longer wait for the math warps'
 // barrier, and three slots measured only 0.5% ahead of two in the cp.async kernel). dV after dS
-// (bwd_sm90_step.cuh): with the cp.async kernel's order the 240-register math warps spilled 188 B
-// at hd 128 and ran 6-10% behind the cp.async kernel; after it, 108 B, and ahead of it (H100,
-// benchmarks/NOTES.md v14: hd 128 8k 5.49 vs 5.93-6.00 ms, 2k 1.60-1.64 vs 1.67-1.70; hd 64 2k
-// 1.82 vs 1.85-1.91).
+// (bwd_sm90_step.cuh): in v14 the other order spilled 188 B at hd 128 and ran 6-10% behind; since
+// the single-base dS^T / dQ stores (NOTES.md v23) both orders compile to the same spills at hd 128,
+// where dV under the dS math now runs (with dK after dQ, v25: 1-5% faster backward, H200); hd 64
+// keeps dV after dS (the other order spills 28 / 32 B against 16 / 20).
 template <int kHeadDim>
 struct BwdWsTile {
   static constexpr bool kAvailable = false;
