@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Executed-instruction counts per SASS instruction (and per source line) of our forward at chosen
-# shapes: Nsight Compute's source page as CSV, $OUT/src_HD_SEQLEN_CAUSAL.csv (SASS) and
-# srcmix_*.csv (CUDA source interleaved). Needs the build and /tmp/one_call.py of ncu_shapes.sh
-# (run that first, in the same call; its build has -lineinfo).
-# Usage: benchmarks/experiments/ncu_source.sh HD:SEQLEN:CAUSAL ...
+# Executed-instruction counts and stall samples per SASS instruction (and per source line) of our
+# forward or backward at chosen shapes: Nsight Compute's source page as CSV,
+# $OUT/src_PASS_HD_SEQLEN_CAUSAL.csv (SASS) and srcmix_*.csv (CUDA source interleaved). Needs the
+# build and /tmp/one_call.py of ncu_shapes.sh (run that first, in the same call; its build has
+# -lineinfo).
+# Usage: benchmarks/experiments/ncu_source.sh HD:SEQLEN:CAUSAL[:PASS[:WHO]] ...  (PASS fwd | bwd,
+#   default fwd; WHO ours | ours-det, default ours)
 set -uo pipefail
 OUT=${OUT:-$PWD/ncu_out}
 for shape in "$@"; do
-  IFS=: read -r hd seqlen causal <<< "$shape"
-  rep=/tmp/rep_${hd}_${seqlen}_${causal}
-  ncu --clock-control none --kernel-name regex:fwd_kernel --launch-count 1 --section SourceCounters \
-    --section InstructionStats --import-source yes -f -o "$rep" \
-    python3 /tmp/one_call.py "$hd" "$seqlen" "$causal" fwd ours > /dev/null 2>&1
-  ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/src_${hd}_${seqlen}_${causal}.csv"
-  ncu -i "$rep.ncu-rep" --page source --csv --print-source cuda,sass > "$OUT/srcmix_${hd}_${seqlen}_${causal}.csv"
-  wc -l "$OUT"/src*_"${hd}_${seqlen}_${causal}".csv
+  IFS=: read -r hd seqlen causal pass_ who <<< "$shape"
+  pass_=${pass_:-fwd}; who=${who:-ours}
+  tag=${pass_}_${who}_${hd}_${seqlen}_${causal}
+  rep=/tmp/rep_$tag
+  ncu --clock-control none --kernel-name "regex:${pass_}_kernel" --launch-count 1 --section SourceCounters \
+    --section InstructionStats --section WarpStateStats --import-source yes -f -o "$rep" \
+    python3 /tmp/one_call.py "$hd" "$seqlen" "$causal" "$pass_" "$who" > /dev/null 2>&1
+  ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/src_$tag.csv"
+  ncu -i "$rep.ncu-rep" --page source --csv --print-source cuda,sass > "$OUT/srcmix_$tag.csv"
+  wc -lc "$OUT"/src*_"$tag".csv
 done
