@@ -105,7 +105,8 @@ def main():
     parser.add_argument("--headdims", nargs="+", type=int, default=(64, 128))
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=("bf16",))
     parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=("forward", "dkdv", "dq"))
-    parser.add_argument("--tiles", nargs="+", type=parse_tile, help="BLOCK_M,BLOCK_N,warps,stages (default: the host's)")
+    parser.add_argument("--tiles", nargs="+", type=parse_tile,
+                        help="BLOCK_M,BLOCK_N,warps,stages (default: the host's)")
     parser.add_argument("--features", nargs="+", default=("plain", "causal"))
     args = parser.parse_args()
     print(f"triton {triton.__version__}, sm_{args.arch}")
@@ -119,7 +120,8 @@ def main():
                 for feature in args.features:
                     block_d = triton.next_power_of_2(headdim)
                     for tile in args.tiles or [host_tiles(name, DTYPES[dtype_name], block_d)]:
-                        text = f"{tile['BLOCK_M']}x{tile['BLOCK_N']} w{tile.get('num_warps', 4)} s{tile.get('num_stages', 3)}"
+                        text = (f"{tile['BLOCK_M']}x{tile['BLOCK_N']} w{tile.get('num_warps', 4)} "
+                                f"s{tile.get('num_stages', 3)}")
                         try:
                             regs, stack, smem = compile_one(name, dtype_name, block_d, tile, feature, args.arch)
                             cells = f"{regs} | {stack} | {smem}"

@@ -528,10 +528,11 @@ def attention_backward_dkdv_kernel(
                                 stride_lb, stride_lh, scale, scale_log2, softcap, slope, left, right, Rng,
                                 keep_threshold, keep_scale, BLOCK_M, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
                                 DOT_PRECISION, True, PAD_D)
-        dk, dv = _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, full_lo, full_hi, cols, dims, headdim, batch, head, heads,
-                            q_first, len_q, len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os, stride_oh,
-                            stride_lb, stride_lh, scale, scale_log2, softcap, slope, left, right, Rng, keep_threshold,
-                            keep_scale, BLOCK_M, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION, False, PAD_D)
+        dk, dv = _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, full_lo, full_hi, cols, dims, headdim, batch, head,
+                            heads, q_first, len_q, len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os,
+                            stride_oh, stride_lb, stride_lh, scale, scale_log2, softcap, slope, left, right, Rng,
+                            keep_threshold, keep_scale, BLOCK_M, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION,
+                            False, PAD_D)
         if CLIP_LEFT:
             dk, dv = _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, full_hi, hi, cols, dims, headdim, batch, head, heads,
                                 q_first, len_q, len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os, stride_oh,
