@@ -93,7 +93,7 @@ def _single_config(tile):
     return lambda kernel: triton.autotune(configs=[tile.config()], key=[])(kernel)
 
 
-LIST_LENGTH = max(len(tuning.FORWARD_TILES), len(tuning.BACKWARD_TILES), len(tuning.KVCACHE_TILES))
+LIST_LENGTH = max(len(tuning.FORWARD_TILES), len(tuning.DKDV_TILES), len(tuning.DQ_TILES), len(tuning.KVCACHE_TILES))
 
 
 @pytest.mark.parametrize("index", range(LIST_LENGTH))
@@ -102,8 +102,8 @@ def test_every_listed_tile_is_correct(autotune, monkeypatch, index):
     kvcache kernel forced onto it compute the reference's results."""
     from kvcache_checks import KvCase, check_kvcache
 
-    lists = {"_forward_kernel": tuning.FORWARD_TILES, "_dkdv_kernel": tuning.BACKWARD_TILES,
-             "_dq_kernel": tuning.BACKWARD_TILES}
+    lists = {"_forward_kernel": tuning.FORWARD_TILES, "_dkdv_kernel": tuning.DKDV_TILES,
+             "_dq_kernel": tuning.DQ_TILES}
     for name, tiles in lists.items():
         launcher = getattr(attention, name)
         monkeypatch.setattr(launcher, "tuned", _single_config(tiles[index % len(tiles)])(launcher.kernel))

@@ -22,7 +22,7 @@ from helpers import Results, assert_matches_reference
 
 triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
 from flash_attn.triton import tuning  # noqa: E402 - after the skip above
-from flash_attn.triton.kernels import _full_key_blocks, _key_range  # noqa: E402
+from flash_attn.triton.kernels import _full_key_blocks, _full_query_blocks, _key_range, _query_range  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
@@ -66,6 +66,10 @@ DENSE_CASES = [
     (1, 90, 90, 4, 4, 64, False, (20, 10), 0.0, False),
     (1, 80, 96, 2, 1, 32, True, (30, -1), 8.0, True),
     (2, 65, 65, 2, 2, 96, False, (-1, -1), 5.0, False),
+    # key lengths that fill every key block: the kernels compile no masked walk (non-causal) or the
+    # left window's only (kernels.attention_forward_kernel, CLIP_LEFT / CLIP_RIGHT)
+    (1, 64, 128, 2, 2, 64, False, (-1, -1), 0.0, False),
+    (1, 80, 256, 4, 1, 64, False, (50, -1), 0.0, False),
 ]
 
 
@@ -144,49 +148,92 @@ def test_triton_dropout(dtype, causal):
 
 
 # (seqlen_q, seqlen_k, causal, window_size, softcap, alibi, dropout_p) whose query blocks of 16 walk
-# masked key blocks before, whole blocks between and masked blocks after (kernels._full_key_blocks)
+# masked key blocks before, whole blocks between and masked blocks after (kernels._full_key_blocks),
+# and whose key blocks of 32 walk masked, whole and masked query blocks (kernels._full_query_blocks);
+# the last three with key lengths of whole blocks (the masked walks compiled only for a window side)
 SMALL_TILE_CASES = {
     "window_both_sides": (100, 160, False, (60, 30), 0.0, False, 0.0),
     "causal_more_keys": (70, 150, True, (-1, -1), 0.0, False, 0.0),
     "causal_more_queries": (150, 70, True, (-1, -1), 0.0, False, 0.0),
     "window_softcap_alibi": (90, 90, False, (40, 25), 6.0, True, 0.0),
     "causal_dropout": (64, 96, True, (-1, -1), 0.0, False, 0.2),
+    "whole_blocks_only": (90, 128, False, (-1, -1), 0.0, False, 0.0),
+    "left_window_whole_blocks": (100, 128, False, (30, -1), 0.0, True, 0.0),
+    "causal_whole_blocks": (128, 128, True, (-1, -1), 4.0, False, 0.0),
 }
 
 
 @pytest.mark.parametrize("name", SMALL_TILE_CASES)
-def test_forward_walk_of_small_tiles(monkeypatch, name):
-    """The forward with 16 x 16 tiles (tuning.FORWARD_TILE_VARIABLE): many whole key blocks between
-    masked ones, in fp32 against the fp64 reference."""
+def test_walks_of_small_tiles(monkeypatch, name):
+    """Forward (16 x 16 tiles) and backward (dK / dV: 16 queries x 32 keys, dQ: 32 x 16) through the
+    tile variables of tuning.py: many whole blocks between masked ones, in fp32 against the fp64
+    reference."""
     seqlen_q, seqlen_k, causal, window_size, softcap, alibi, dropout_p = SMALL_TILE_CASES[name]
     monkeypatch.setenv(tuning.FORWARD_TILE_VARIABLE, "16,16,4,3")
+    monkeypatch.setenv(tuning.DKDV_TILE_VARIABLE, "16,32,4,3")
+    monkeypatch.setenv(tuning.DQ_TILE_VARIABLE, "32,16,4,3")
     batch, nheads, nheads_k, headdim, seed, offset = 1, 2, 1, 32, 987654321, 3
     new = lambda s, h: torch.randn(batch, s, h, headdim, device=DEVICE)  # noqa: E731
-    q, k, v = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k)
+    q, k, v, dout = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k), new(seqlen_q, nheads)
     slopes = _slopes(alibi, batch, nheads)
     rng_state = torch.tensor([seed, offset], dtype=torch.int64, device=DEVICE)
-    out, lse = triton_backend.forward(q, k, v, headdim ** -0.5, window=_window(causal, window_size), softcap=softcap,
-                                      alibi_slopes=slopes, dropout_p=dropout_p, rng_state=rng_state)
+    options = dict(window=_window(causal, window_size), softcap=softcap, alibi_slopes=slopes, dropout_p=dropout_p,
+                   rng_state=rng_state)
+    out, lse = triton_backend.forward(q, k, v, headdim ** -0.5, **options)
+    grads = triton_backend.backward(dout, q, k, v, out, lse, headdim ** -0.5, **options)
     mods = dict(window_size=window_size, softcap=softcap, alibi_slopes=slopes)
     if dropout_p > 0:
         keep = dropout_lib.keep_mask(seed, offset, batch, nheads, seqlen_q, seqlen_k, dropout_p).to(DEVICE)
         mods.update(dropout_p=dropout_p, dropout_mask=keep)
-    assert_matches_reference(Results(out, lse, None, None, None), q, k, v, q, causal, headdim ** -0.5, torch.float64,
+    assert_matches_reference(Results(out, lse, *grads), q, k, v, dout, causal, headdim ** -0.5, torch.float64,
                              **mods)
 
 
 def test_forward_launch_options(monkeypatch):
-    """The forward's fixed launch: 16-bit keeps _blocks' tile and Triton's default warps / stages, fp8
-    up to head dim 128 takes FP8_FORWARD_TILE (not on ROCm), and each variable overrides its own."""
+    """The forward's fixed launch: the portable 64 x 64 / 32 x 32 blocks with Triton's default warps
+    and stages for fp32, CPU tensors and (on ROCm) everything 16-bit; on NVIDIA GPUs 16-bit inputs
+    up to head dim 128 take NVIDIA_16BIT_FORWARD_TILE; fp8 up to head dim 128 takes FP8_FORWARD_TILE
+    (not on ROCm); each variable overrides its own."""
     from flash_attn.triton import attention
 
-    assert attention._forward_launch(128, fp8=False) == dict(BLOCK_M=64, BLOCK_N=64)
-    assert attention._forward_launch(256, fp8=True) == dict(BLOCK_M=32, BLOCK_N=32)
-    if torch.version.hip is None:
-        assert attention._forward_launch(128, fp8=True) == attention.FP8_FORWARD_TILE.launch_options()
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert attention._forward_launch(128, torch.float32, cuda) == dict(BLOCK_M=64, BLOCK_N=64)
+    assert attention._forward_launch(128, torch.bfloat16, cpu) == dict(BLOCK_M=64, BLOCK_N=64)
+    assert attention._forward_launch(256, torch.bfloat16, cuda) == dict(BLOCK_M=32, BLOCK_N=32)
+    assert attention._forward_launch(256, attention.FP8_DTYPE, cuda) == dict(BLOCK_M=32, BLOCK_N=32)
+    nvidia = torch.version.hip is None
+    for dtype in (torch.float16, torch.bfloat16):
+        expected = attention.NVIDIA_16BIT_FORWARD_TILE.launch_options() if nvidia else dict(BLOCK_M=64, BLOCK_N=64)
+        assert attention._forward_launch(128, dtype, cuda) == expected
+    if nvidia:
+        assert attention._forward_launch(128, attention.FP8_DTYPE, cuda) == attention.FP8_FORWARD_TILE.launch_options()
     monkeypatch.setenv(tuning.FP8_FORWARD_TILE_VARIABLE, "128,64,4,2")
-    assert attention._forward_launch(64, fp8=True) == dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2)
-    assert attention._forward_launch(64, fp8=False) == dict(BLOCK_M=64, BLOCK_N=64)
+    assert attention._forward_launch(64, attention.FP8_DTYPE, cuda) == dict(BLOCK_M=128, BLOCK_N=64, num_warps=4,
+                                                                             num_stages=2)
+    assert attention._forward_launch(64, torch.float32, cuda) == dict(BLOCK_M=64, BLOCK_N=64)
+    monkeypatch.setenv(tuning.FORWARD_TILE_VARIABLE, "32,16,4,3")
+    assert attention._forward_launch(64, torch.float16, cpu) == dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=3)
+
+
+def test_backward_launch_options(monkeypatch):
+    """The backward's fixed launches (dK / dV, dQ): the NVIDIA 16-bit tiles of the head dim up to 128
+    on NVIDIA GPUs, the portable blocks elsewhere; DKDV_TILE_VARIABLE / DQ_TILE_VARIABLE override
+    each kernel's."""
+    from flash_attn.triton import attention
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    portable = (dict(BLOCK_M=64, BLOCK_N=64), dict(BLOCK_M=64, BLOCK_N=64))
+    assert attention._backward_launches(128, torch.float32, cuda) == portable
+    assert attention._backward_launches(64, torch.float16, cpu) == portable
+    assert attention._backward_launches(256, torch.bfloat16, cuda) == (dict(BLOCK_M=32, BLOCK_N=32),) * 2
+    if torch.version.hip is None:
+        for block_d, tiles in ((32, attention.NVIDIA_16BIT_BACKWARD_TILES[64]),
+                               (128, attention.NVIDIA_16BIT_BACKWARD_TILES[128])):
+            expected = tuple(tile.launch_options() for tile in tiles)
+            assert attention._backward_launches(block_d, torch.bfloat16, cuda) == expected
+    monkeypatch.setenv(tuning.DQ_TILE_VARIABLE, "32,16,4,2")
+    dkdv, dq = attention._backward_launches(64, torch.float16, cpu)
+    assert dkdv == portable[0] and dq == dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=2)
 
 
 def test_forward_tile_variable_is_checked(monkeypatch):
@@ -224,17 +271,30 @@ def _visible_keys(m0, block_m, seqlen_q, seqlen_k, left, right):
     return visible
 
 
+def _random_walk_cases(block_m, block_n, blocks_of):
+    """300 random (block start, seqlen_q, seqlen_k, left, right): windows or -1, every third key
+    length rounded up to a whole number of key blocks; the start a multiple of the block of
+    `blocks_of` ("queries": block_m, "keys": block_n) inside its sequence."""
+    generator = torch.Generator().manual_seed(block_m * 1000 + block_n + (blocks_of == "keys"))
+    cases = []
+    for index in range(300):
+        seqlen_q, seqlen_k = (int(n) for n in torch.randint(1, 200, (2,), generator=generator))
+        if index % 3 == 0:
+            seqlen_k = triton.cdiv(seqlen_k, block_n) * block_n
+        left, right = (int(w) if w < 120 else -1 for w in torch.randint(0, 160, (2,), generator=generator))
+        length, block = (seqlen_q, block_m) if blocks_of == "queries" else (seqlen_k, block_n)
+        start = int(torch.randint(0, triton.cdiv(length, block), (1,), generator=generator)) * block
+        cases.append((start, seqlen_q, seqlen_k, left, right))
+    return cases
+
+
 @pytest.mark.parametrize("block_m,block_n", [(16, 16), (32, 16), (16, 64)])
 def test_full_key_blocks_are_seen_whole(block_m, block_n):
     """For random lengths and windows: the walk [lo, hi) holds every visible key, and the blocks of
-    [full_lo, full_hi) (lo <= full_lo <= full_hi, within the walk's blocks) are visible to every query."""
-    generator = torch.Generator().manual_seed(block_m * 1000 + block_n)
-    cases = []
-    for _ in range(300):
-        seqlen_q, seqlen_k = (int(n) for n in torch.randint(1, 200, (2,), generator=generator))
-        left, right = (int(w) if w < 120 else -1 for w in torch.randint(0, 160, (2,), generator=generator))
-        m0 = int(torch.randint(0, triton.cdiv(seqlen_q, block_m), (1,), generator=generator)) * block_m
-        cases.append((m0, seqlen_q, seqlen_k, left, right))
+    [full_lo, full_hi) (lo <= full_lo <= full_hi, within the walk's blocks) are visible to every query.
+    Without a left window there is no masked walk before the whole blocks, and without a right window
+    and with whole key blocks none after them (the kernels compile those walks only then)."""
+    cases = _random_walk_cases(block_m, block_n, "queries")
     bounds = torch.empty(len(cases), 4, dtype=torch.int32, device=DEVICE)
     _walk_bounds_kernel[(len(cases),)](torch.tensor(cases, dtype=torch.int32, device=DEVICE), bounds,
                                        BLOCK_M=block_m, BLOCK_N=block_n)
@@ -245,6 +305,45 @@ def test_full_key_blocks_are_seen_whole(block_m, block_n):
         assert lo <= full_lo <= full_hi <= end
         assert not visible[:, :lo].any() and not visible[:, max(hi, 0):].any()
         assert full_lo == full_hi or (full_hi <= seqlen_k and visible[:, full_lo:full_hi].all())
+        assert left >= 0 or full_lo == lo
+        assert right >= 0 or seqlen_k % block_n != 0 or full_hi == end
+
+
+@triton.jit
+def _query_walk_bounds_kernel(Params, Bounds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Bounds[case] = (lo, full_lo, full_hi, hi) of the dK / dV walk of Params[case] = (n0, seqlen_q,
+    seqlen_k, left, right)."""
+    params = Params + 5 * tl.program_id(0)
+    n0, seqlen_q, seqlen_k = tl.load(params), tl.load(params + 1), tl.load(params + 2)
+    left, right = tl.load(params + 3), tl.load(params + 4)
+    lo, hi = _query_range(n0, BLOCK_N, seqlen_q, seqlen_k, left, right, BLOCK_M)
+    full_lo, full_hi = _full_query_blocks(n0, lo, hi, seqlen_q, seqlen_k, left, right, BLOCK_M, BLOCK_N)
+    bounds = Bounds + 4 * tl.program_id(0)
+    tl.store(bounds, lo)
+    tl.store(bounds + 1, full_lo)
+    tl.store(bounds + 2, full_hi)
+    tl.store(bounds + 3, hi)
+
+
+@pytest.mark.parametrize("block_m,block_n", [(16, 16), (16, 32), (64, 16)])
+def test_full_query_blocks_see_the_key_block(block_m, block_n):
+    """The dK / dV walk of a key block [n0, n0 + block_n): [lo, hi) holds every query that sees one of
+    its keys, and every query (before seqlen_q) of the blocks [full_lo, full_hi) sees all of them,
+    the block lying inside the keys. Without a right window and with whole key blocks there is no
+    masked walk before the whole blocks, and without a left window none after them."""
+    cases = _random_walk_cases(block_m, block_n, "keys")
+    bounds = torch.empty(len(cases), 4, dtype=torch.int32, device=DEVICE)
+    _query_walk_bounds_kernel[(len(cases),)](torch.tensor(cases, dtype=torch.int32, device=DEVICE), bounds,
+                                             BLOCK_M=block_m, BLOCK_N=block_n)
+    for (n0, seqlen_q, seqlen_k, left, right), (lo, full_lo, full_hi, hi) in zip(cases, bounds.tolist()):
+        visible = _visible_keys(0, seqlen_q, seqlen_q, seqlen_k, left, right)[:, n0:n0 + block_n]
+        end = lo + triton.cdiv(max(hi - lo, 0), block_m) * block_m
+        assert lo % block_m == 0 and full_lo % block_m == 0 and full_hi % block_m == 0
+        assert lo <= full_lo <= full_hi <= end
+        assert not visible[:lo].any() and not visible[max(hi, 0):].any()
+        assert full_lo == full_hi or (n0 + block_n <= seqlen_k and visible[full_lo:full_hi].all())
+        assert right >= 0 or seqlen_k % block_n != 0 or full_lo == lo
+        assert left >= 0 or full_hi == end
 
 
 def test_triton_varlen_metadata_out_of_range():

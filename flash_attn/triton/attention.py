@@ -27,14 +27,15 @@ TUNING_KEY = ("seqlen_q", "seqlen_k", "heads", "group", "headdim", "left", "righ
               "HAS_ALIBI", "HAS_DROPOUT")
 _forward_kernel = tuning.Launcher(kernels.attention_forward_kernel, tuning.FORWARD_TILES, TUNING_KEY,
                                   tuning.INTERPRETER_TILES["attention"])
-_dkdv_kernel = tuning.Launcher(kernels.attention_backward_dkdv_kernel, tuning.BACKWARD_TILES, TUNING_KEY,
+_dkdv_kernel = tuning.Launcher(kernels.attention_backward_dkdv_kernel, tuning.DKDV_TILES, TUNING_KEY,
                                tuning.INTERPRETER_TILES["attention"])
-_dq_kernel = tuning.Launcher(kernels.attention_backward_dq_kernel, tuning.BACKWARD_TILES, TUNING_KEY,
+_dq_kernel = tuning.Launcher(kernels.attention_backward_dq_kernel, tuning.DQ_TILES, TUNING_KEY,
                              tuning.INTERPRETER_TILES["attention"])
 
-# Fixed tiles: 64 x 64 up to head dim 128, 32 x 32 above it so that the fp32 accumulators of a
-# 256-wide head stay small. An untimed starting point: no tile has been measured yet
-# (FLASH_ATTENTION_TRITON_AMD_AUTOTUNE=TRUE times a list of them, tuning.py).
+# The portable fixed tiles: 64 x 64 up to head dim 128, 32 x 32 above it so that the fp32
+# accumulators of a 256-wide head stay small, with Triton's default warps and stages. They serve
+# fp32 inputs, head dims above 128, ROCm (no AMD GPU has run them; left as they were) and CPU
+# tensors under the interpreter.
 def _blocks(headdim_padded):
     return (64, 64) if headdim_padded <= 128 else (32, 32)
 
@@ -46,19 +47,58 @@ def _blocks(headdim_padded):
 # with 8 warps.
 FP8_FORWARD_TILE = tuning.Tile(128, 64, 4, 3)
 
+# The 16-bit tiles on NVIDIA GPUs, up to head dim 128 (BLOCK_M, BLOCK_N, warps, stages). Forward:
+# 128 x 64 with 8 warps, each warpgroup 64 query rows, K and V shared by the two: at hd 128 the
+# fastest of the H100 sweep of v22 (benchmarks/NOTES.md; 4-15% ahead of 64 x 64 with 4 warps), the
+# tile Triton's tutorial autotunes among. Backward (dK / dV: BLOCK_M queries a step, BLOCK_N keys a
+# program; dQ: BLOCK_M queries a program, BLOCK_N keys a step): 128-key dK / dV blocks as
+# FlashAttention 2 and 3 use, each with the smallest query step that compiles without spills for
+# sm_90 (Triton 3.9 offline: 64 at hd 64, 32 at hd 128, 8 warps; the 64 x 64 4-warp tile spilled
+# 384 bytes at hd 128). Chosen by registers and shapes, not yet timed: NOTES.md has the predictions,
+# and the tile variables of tuning.py select others.
+NVIDIA_16BIT_FORWARD_TILE = tuning.Tile(128, 64, 8, 3)
+NVIDIA_16BIT_BACKWARD_TILES = {  # padded head dim: (dK / dV tile, dQ tile)
+    64: (tuning.Tile(64, 128, 8, 3), tuning.Tile(128, 64, 8, 3)),
+    128: (tuning.Tile(32, 128, 8, 3), tuning.Tile(64, 64, 8, 3)),
+}
+SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
-def _forward_launch(block_d, fp8):
-    """The forward's fixed launch options: the tile of tuning.py's experiment variable where set, else
-    FP8_FORWARD_TILE for fp8 up to head dim 128 (not on ROCm, whose fp8 keeps the 16-bit tile), else
-    _blocks' tile with Triton's default warps and stages."""
-    variable = tuning.FP8_FORWARD_TILE_VARIABLE if fp8 else tuning.FORWARD_TILE_VARIABLE
-    tile = tuning.tile_from_environment(variable, None)
-    if tile is None and fp8 and block_d <= 128 and torch.version.hip is None:
-        tile = FP8_FORWARD_TILE
+
+def _nvidia_16bit(block_d, dtype, device):
+    """Whether the NVIDIA 16-bit tiles apply: fp16 / bf16 CUDA tensors up to head dim 128, not ROCm."""
+    return device.type == "cuda" and torch.version.hip is None and dtype in SIXTEEN_BIT and block_d <= 128
+
+
+def _launch_options(tile, block_d):
+    """A Tile's launch options, or the portable blocks (no warps / stages named) for None."""
     if tile is None:
         block_m, block_n = _blocks(block_d)
         return dict(BLOCK_M=block_m, BLOCK_N=block_n)
     return tile.launch_options()
+
+
+def _forward_launch(block_d, dtype, device):
+    """The forward's fixed launch options: the tile of tuning.py's experiment variable where set, else
+    FP8_FORWARD_TILE for fp8 up to head dim 128 (not on ROCm, whose fp8 keeps the portable tile),
+    NVIDIA_16BIT_FORWARD_TILE for 16-bit inputs on NVIDIA GPUs up to head dim 128, else the portable
+    blocks."""
+    fp8 = dtype == FP8_DTYPE
+    tile = tuning.tile_from_environment(tuning.FP8_FORWARD_TILE_VARIABLE if fp8 else tuning.FORWARD_TILE_VARIABLE,
+                                        None)
+    if tile is None and fp8 and block_d <= 128 and torch.version.hip is None:
+        tile = FP8_FORWARD_TILE
+    if tile is None and _nvidia_16bit(block_d, dtype, device):
+        tile = NVIDIA_16BIT_FORWARD_TILE
+    return _launch_options(tile, block_d)
+
+
+def _backward_launches(block_d, dtype, device):
+    """(dK / dV, dQ) fixed launch options: each kernel's tile variable where set, else the NVIDIA
+    16-bit tiles of the head dim, else the portable blocks."""
+    nvidia = NVIDIA_16BIT_BACKWARD_TILES.get(max(64, block_d)) if _nvidia_16bit(block_d, dtype, device) else None
+    return tuple(_launch_options(tuning.tile_from_environment(variable, None if nvidia is None else nvidia[i]),
+                                 block_d)
+                 for i, variable in enumerate((tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE)))
 
 
 def _dot_precision(dtype):
@@ -89,7 +129,6 @@ class _Problem:
         self.slopes = None if alibi_slopes is None else alibi_slopes.float().contiguous()
         # tl.dot's smallest reduction: 16, and 32 for 8-bit operands on NVIDIA GPUs
         self.block_d = max(32 if q.dtype == FP8_DTYPE else 16, triton.next_power_of_2(self.headdim))
-        self.block_m, self.block_n = _blocks(self.block_d)
         self.dtype = q.dtype
         self.dropout_p = float(dropout_p)
         self.rng_state = rng_state if rng_state is not None else torch.zeros(2, dtype=torch.int64, device=q.device)
@@ -122,12 +161,20 @@ class _Problem:
                 self.softcap, self.left, self.right, self.heads, dropout_lib.keep_threshold(self.dropout_p),
                 keep_scale)
 
-    def meta(self):
-        """The constexpr flags, and the fixed tile of an untuned launch (tuning.Launcher)."""
+    def meta(self, *fixed_launches):
+        """The constexpr flags of the kernels, given the fixed launch options of the kernels that run
+        (their tiles when untuned): PAD_D, the head dim narrower than its block; CLIP_LEFT, a left
+        window, whose masked key walk (queries' first keys; the dK / dV kernel's last query
+        blocks) the kernels then compile; CLIP_RIGHT, a causal / right window, varlen or seqlen_k
+        not a multiple of every BLOCK_N that may run (a fixed one or any listed one), whose masked
+        key walk (the diagonal or the keys' end) they compile. Plain non-causal calls of
+        block-multiple lengths compile neither (kernels.attention_forward_kernel says why)."""
+        block_n_bound = max([tuning.MAX_LISTED_BLOCK_N] + [launch["BLOCK_N"] for launch in fixed_launches])
+        clip_right = self.right >= 0 or self.varlen or self.seqlen_k % block_n_bound != 0
         return dict(BLOCK_D=self.block_d, VARLEN=self.varlen, HAS_SOFTCAP=self.softcap > 0,
                     HAS_ALIBI=self.slopes is not None, HAS_DROPOUT=self.dropout_p > 0,
-                    DOT_PRECISION=_dot_precision(self.dtype),
-                    fixed_blocks=dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n))
+                    DOT_PRECISION=_dot_precision(self.dtype), PAD_D=self.headdim != self.block_d,
+                    CLIP_LEFT=self.left >= 0, CLIP_RIGHT=clip_right)
 
 
 def check_tensors(dtypes=DTYPES, **tensors):
@@ -167,21 +214,23 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
                   dropout_p, rng_state)
     out = torch.empty(q.shape, dtype=FP8_OUT_DTYPE if fp8 else q.dtype, device=q.device)
     lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
-    lse = torch.full(lse_shape, float("inf"), device=q.device, dtype=torch.float32)
-    if pr.varlen:
-        out.zero_()  # rows outside every sequence
+    if pr.varlen:  # rows outside every sequence keep out 0 and lse +inf; dense rows are all written
+        out.zero_()
+        lse = torch.full(lse_shape, float("inf"), device=q.device, dtype=torch.float32)
+    else:
+        lse = torch.empty(lse_shape, device=q.device, dtype=torch.float32)
     if q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0:
-        return out.zero_(), lse
+        return out.zero_(), lse.fill_(float("inf"))
     slopes, slope_stride = pr.slope_args(q.device)
     descales = descales if fp8 else slopes  # any pointer when unread
     if fp8:
         v = keys_contiguous(v)
+    launch = _forward_launch(pr.block_d, q.dtype, q.device)
     _forward_kernel(
         pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, pr.rng_state, descales, *pr.strides(q),
         *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out), *pr.vector_strides(lse), slope_stride,
         *(descales.stride()[:2] if fp8 else (0, 0)), *pr.tail_args(softmax_scale), IS_FP8=fp8,
-        INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
-        **dict(pr.meta(), fixed_blocks=_forward_launch(pr.block_d, fp8)))
+        INTERPRETER_ROUNDING=fp8 and tuning.interpreting(), **pr.meta(launch), fixed_blocks=launch)
     return out, lse
 
 
@@ -193,23 +242,33 @@ def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.
     pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
                   dropout_p, rng_state)
     dout = dout.contiguous() if dout.stride(-1) != 1 else dout
+    out = out.contiguous() if out.stride(-1) != 1 else out
     lse = lse.contiguous()  # D below is laid out like it
-    dq = torch.zeros_like(q)
+    runs = q.numel() > 0 and k.numel() > 0 and pr.batch > 0
+    # dense: the kernels write every element; varlen: rows outside every sequence stay 0
+    new = torch.empty if runs and not pr.varlen else torch.zeros
+    dq = new(q.shape, device=q.device, dtype=q.dtype)
     # one dK / dV slice per query head, summed over the query heads of each KV head below
     slice_shape = (*k.shape[:-2], pr.heads, pr.headdim)
-    dk_slices = torch.zeros(slice_shape, device=k.device, dtype=k.dtype)
-    dv_slices = torch.zeros(slice_shape, device=k.device, dtype=k.dtype)
-    if q.numel() > 0 and k.numel() > 0 and pr.batch > 0:
-        # D = rowsum(dO * O), laid out like lse
-        delta = (dout.float() * out.float()).sum(-1)
-        delta = delta.transpose(0, 1).contiguous() if pr.varlen else delta.transpose(1, 2).contiguous()
+    dk_slices = new(slice_shape, device=k.device, dtype=k.dtype)
+    dv_slices = new(slice_shape, device=k.device, dtype=k.dtype)
+    if runs:
+        delta = torch.empty_like(lse)  # D = rowsum(dO * O), laid out like lse
+        delta_rows = max(16, min(128, 8192 // pr.block_d))
+        kernels.attention_backward_delta_kernel[(triton.cdiv(pr.seqlen_q, delta_rows), pr.heads, pr.batch)](
+            out, dout, delta, pr.cu_q, *pr.strides(out), *pr.strides(dout), *pr.vector_strides(lse), pr.seqlen_q,
+            pr.total_q, pr.headdim, BLOCK_M=delta_rows, BLOCK_D=pr.block_d, VARLEN=pr.varlen,
+            PAD_D=pr.headdim != pr.block_d)
         slopes, slope_stride = pr.slope_args(q.device)
         common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(dout), *pr.vector_strides(lse),
                   slope_stride)
+        dkdv_launch, dq_launch = _backward_launches(pr.block_d, q.dtype, q.device)
+        meta = pr.meta(dkdv_launch, dq_launch)
         _dkdv_kernel(pr.key_grid(), q, k, v, dout, lse, delta, dk_slices, dv_slices, pr.cu_q, pr.cu_k, slopes,
-                     pr.rng_state, *common, *pr.strides(dk_slices), *pr.tail_args(softmax_scale), **pr.meta())
+                     pr.rng_state, *common, *pr.strides(dk_slices), *pr.tail_args(softmax_scale), **meta,
+                     fixed_blocks=dkdv_launch)
         _dq_kernel(pr.query_grid(), q, k, v, dout, lse, delta, dq, pr.cu_q, pr.cu_k, slopes, pr.rng_state, *common,
-                   *pr.tail_args(softmax_scale), **pr.meta())
+                   *pr.tail_args(softmax_scale), **meta, fixed_blocks=dq_launch)
     if pr.group == 1:
         return dq, dk_slices, dv_slices
     grouped = (*k.shape[:-2], pr.heads_k, pr.group, pr.headdim)

@@ -1,11 +1,18 @@
-"""Triton kernels of the portable backend (issue #9): forward, and the backward as two kernels
-(dK/dV per key block, dQ per query block: no atomics, so the gradients are deterministic).
+"""Triton kernels of the portable backend (issue #9): forward, and the backward as a D = rowsum(dO
+* O) kernel and two attention kernels (dK/dV per key block, dQ per query block: no atomics, so the
+gradients are deterministic).
 
 Every kernel runs on a grid of (block, query head, batch) over dense tensors (batch, seqlen, heads,
 headdim) or packed varlen ones (total, heads, headdim) whose sequence b is rows [cu[b], cu[b+1]);
 scores follow flash_attn/reference.py (FlashAttention 2's order): s = q.k * scale, then softcap,
 then ALiBi, then the window mask (bottom-right aligned; left / right -1 unbounded).
-The exponentials are base 2 with log2(e) folded into the scores. Dropout keeps element (i, j)
+The exponentials are base 2 with log2(e) folded into the scores: where there is no softcap or
+ALiBi, one FMA per score before exp2 (forward: qk * scale log2(e) - row max; backward: qk * scale
+log2(e) - lse log2(e)), and the backward applies the scale once to the finished dQ and dK. Every
+key walk is split into masked blocks and blocks seen whole, which skip the mask; the masked walks
+are compiled only where the call can need them (CLIP_LEFT / CLIP_RIGHT). The dK / dV kernel works
+in the transposed orientation (S^T = K Q^T), so that P^T and dS^T feed their MMAs from registers.
+Dropout keeps element (i, j)
 exactly as csrc/flash/dropout.cuh defines it (Philox4x32-7 bytes, the same counters), so a Triton
 and a CUDA run with the same rng_state drop the same elements. The forward also takes fp8 e4m3
 inputs with descales (IS_FP8, fp8_kernels.py). Tiles (BLOCK_M, BLOCK_N, warps, stages) are the
@@ -73,16 +80,16 @@ def _philox4x32_7(c0, c1, c2, c3, k0, k1):
 
 
 @triton.jit
-def _dropout_keep(rows, cols, Rng, batch, heads, head, threshold):
-    """Bool (BLOCK_M, BLOCK_N): element (query row, key col) of (batch, head) is kept, from the
-    (seed, offset) int64 pair at Rng (dropout.cuh: counter (j // 16, (i // 16) * 16 + v, stream),
-    v = 4 ((i % 8) / 2) + (j % 8) / 2, stream = offset + batch * heads + head, key = seed; word
-    2 (i % 2) + j % 2, byte 2 ((i % 16) / 8) + (j % 16) / 8; kept iff the byte < threshold). One
-    Philox call per element: 16 times the work of the CUDA kernels' one call per 16 bytes."""
+def _dropout_keep(i, j, Rng, batch, heads, head, threshold):
+    """Bool tensor of the broadcast shape of i and j (2D query and key indices: i[:, None] and
+    j[None, :], or i[None, :] and j[:, None] for a transposed tile): element (query i, key j) of
+    (batch, head) is kept, from the (seed, offset) int64 pair at Rng (dropout.cuh: counter
+    (j // 16, (i // 16) * 16 + v, stream), v = 4 ((i % 8) / 2) + (j % 8) / 2, stream = offset +
+    batch * heads + head, key = seed; word 2 (i % 2) + j % 2, byte 2 ((i % 16) / 8) + (j % 16) / 8;
+    kept iff the byte < threshold). One Philox call per element: 16 times the work of the CUDA
+    kernels' one call per 16 bytes."""
     seed = tl.load(Rng)
     stream = tl.load(Rng + 1) + batch * heads + head
-    i = rows[:, None]
-    j = cols[None, :]
     zero = (i * 0 + j * 0).to(tl.uint32)
     c0 = (j // 16).to(tl.uint32) + zero
     c1 = ((i // 16) * 16 + 4 * ((i % 8) // 2) + (j % 8) // 2).to(tl.uint32) + zero
@@ -98,35 +105,49 @@ def _dropout_keep(rows, cols, Rng, batch, heads, head, threshold):
 
 
 @triton.jit
-def _visible(rows, cols, seqlen_q, seqlen_k, left, right):
-    """Bool (BLOCK_M, BLOCK_N): key col exists and lies in query row's window (bottom-right aligned)."""
-    diagonal = rows[:, None] + (seqlen_k - seqlen_q)
-    visible = (cols[None, :] < seqlen_k) & (rows[:, None] < seqlen_q)
-    if right >= 0:
-        visible = visible & (cols[None, :] <= diagonal + right)
+def _visible(i, j, seqlen_q, seqlen_k, left, right):
+    """Bool tensor of the broadcast shape of the 2D query / key indices i and j (as _dropout_keep
+    takes them): key j exists and lies in query i's window (bottom-right aligned). Queries past
+    seqlen_q are not masked: no kernel stores their rows, and the backward's lse of +inf makes
+    their P 0. An unbounded side (-1) compares against a bound no key reaches, so the mask has no
+    branch."""
+    diagonal = i + (seqlen_k - seqlen_q)
+    no_bound = 1 << 30
+    visible = (j < seqlen_k) & (j <= diagonal + tl.where(right >= 0, right, no_bound))
     if left >= 0:
-        visible = visible & (cols[None, :] >= diagonal - left)
+        visible = visible & (j >= diagonal - left)
     return visible
+
+
+@triton.jit
+def _final_scores(qk, i, j, seqlen_q, seqlen_k, scale, softcap, slope, left, right,
+                  HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MASKED: tl.constexpr):
+    """Final scores of the raw products qk (either orientation; i and j the 2D query and key indices
+    as _visible takes them), -inf where masked, and t = tanh(qk * scale / softcap) (1 without
+    softcap) for the backward's chain rule. MASKED False: the caller knows every key is visible to
+    every query that matters (_full_key_blocks, _full_query_blocks)."""
+    s = qk * scale
+    t = tl.full(s.shape, 1.0, tl.float32)
+    if HAS_SOFTCAP:
+        t = _tanh(s / softcap)
+        s = softcap * t
+    if HAS_ALIBI:
+        distance = i + (seqlen_k - seqlen_q) - j
+        s = s - slope * tl.where(distance < 0, -distance, distance).to(tl.float32)
+    if MASKED:
+        s = tl.where(_visible(i, j, seqlen_q, seqlen_k, left, right), s, float("-inf"))
+    return s, t
 
 
 @triton.jit
 def _scores(q, k, rows, cols, seqlen_q, seqlen_k, scale, softcap, slope, left, right,
             HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
             MASKED: tl.constexpr):
-    """Final scores (BLOCK_M, BLOCK_N) of q (BLOCK_M, D) against k (BLOCK_N, D), -inf where masked,
-    and t = tanh(q.k * scale / softcap) (1 without softcap) for the backward's chain rule. MASKED
-    False: the caller knows every key of the block is visible to every row (_full_key_blocks)."""
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
-    t = tl.full(s.shape, 1.0, tl.float32)
-    if HAS_SOFTCAP:
-        t = _tanh(s / softcap)
-        s = softcap * t
-    if HAS_ALIBI:
-        distance = rows[:, None] + (seqlen_k - seqlen_q) - cols[None, :]
-        s = s - slope * tl.where(distance < 0, -distance, distance).to(tl.float32)
-    if MASKED:
-        s = tl.where(_visible(rows, cols, seqlen_q, seqlen_k, left, right), s, float("-inf"))
-    return s, t
+    """_final_scores (BLOCK_M, BLOCK_N) of q (BLOCK_M, D) against k (BLOCK_N, D), queries `rows`,
+    keys `cols` (the kvcache kernel's form)."""
+    qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    return _final_scores(qk, rows[:, None], cols[None, :], seqlen_q, seqlen_k, scale, softcap, slope, left, right,
+                         HAS_SOFTCAP, HAS_ALIBI, MASKED)
 
 
 @triton.jit
@@ -147,7 +168,10 @@ def _full_key_blocks(m0, lo, hi, seqlen_q, seqlen_k, left, right, BLOCK_M: tl.co
     """(full_lo, full_hi): the key blocks of the walk [lo, hi) (lo a multiple of BLOCK_N) split as
     [lo, full_lo) masked, [full_lo, full_hi) seen whole by every query of [m0, m0 + BLOCK_M), and
     [full_hi, hi) masked; all bounds multiples of BLOCK_N from lo. The whole blocks skip the mask,
-    which off the diagonal costs as much as the softmax's other work on an fp8 tile."""
+    which off the diagonal costs as much as the softmax's other work on an fp8 tile. Without a left
+    window full_lo is lo; without a right window and with seqlen_k a multiple of BLOCK_N, full_hi
+    is the walk's end (the kernels compile the masked walks only where they can be non-empty:
+    CLIP_LEFT, CLIP_RIGHT)."""
     diagonal = seqlen_k - seqlen_q
     end = lo + (tl.maximum(hi - lo, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     full_lo = lo
@@ -176,25 +200,56 @@ def _query_range(n0, block_n, seqlen_q, seqlen_k, left, right, BLOCK_M: tl.const
 
 
 @triton.jit
-def _row_block(batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h):
-    """Offsets and mask of a (len(rows), BLOCK_D) block: rows `rows` of sequence `batch` (whose
-    first row is `first`, `length` long) in head `head` of a q/k/v-like tensor."""
-    offsets = batch * stride_b + (first + rows[:, None]) * stride_s + head * stride_h + dims[None, :]
-    return offsets, (rows[:, None] < length) & (dims[None, :] < headdim)
+def _full_query_blocks(n0, lo, hi, seqlen_q, seqlen_k, left, right, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The backward's dK / dV walk over the query blocks [lo, hi) of the key block [n0, n0 + BLOCK_N)
+    (lo a multiple of BLOCK_M), split as _full_key_blocks splits the forward's: [lo, full_lo) masked
+    (the causal / right window's diagonal, or every block when the key block reaches past
+    seqlen_k), [full_lo, full_hi) blocks whose every query sees every key of the block, [full_hi,
+    hi) masked (the left window's edge). Queries past seqlen_q need no mask here: they load zero q
+    and dO and an lse of +inf, so P, dS and their products are 0. Without a right window and with
+    seqlen_k a multiple of BLOCK_N, full_lo is lo; without a left window, full_hi is the walk's end."""
+    diagonal = seqlen_k - seqlen_q
+    end = lo + (tl.maximum(hi - lo, 0) + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    full_lo = lo
+    if right >= 0:  # the first query that sees the block's last key, rounded up to a block
+        first = tl.maximum(n0 + BLOCK_N - 1 - diagonal - right, 0)
+        full_lo = tl.maximum(lo, (first + BLOCK_M - 1) // BLOCK_M * BLOCK_M)
+    if n0 + BLOCK_N > seqlen_k:  # keys past the sequence's end: every block masks them
+        full_lo = end
+    full_lo = tl.minimum(full_lo, end)
+    stop = end
+    if left >= 0:  # one past the last query that sees the block's first key
+        stop = tl.minimum(stop, n0 + left - diagonal + 1)
+    full_hi = full_lo + tl.maximum(stop - full_lo, 0) // BLOCK_M * BLOCK_M
+    return full_lo, full_hi
 
 
 @triton.jit
-def _load_row_block(ptr, batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h):
-    offsets, mask = _row_block(batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h)
+def _row_block(batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h, PAD_D: tl.constexpr):
+    """Offsets and mask of a (len(rows), BLOCK_D) block: rows `rows` of sequence `batch` (whose
+    first row is `first`, `length` long) in head `head` of a q/k/v-like tensor. PAD_D: the head dim
+    is narrower than BLOCK_D, so the mask covers the padded dims too."""
+    offsets = batch * stride_b + (first + rows[:, None]) * stride_s + head * stride_h + dims[None, :]
+    mask = rows[:, None] < length
+    if PAD_D:
+        mask = mask & (dims[None, :] < headdim)
+    return offsets, mask
+
+
+@triton.jit
+def _load_row_block(ptr, batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h,
+                    PAD_D: tl.constexpr):
+    offsets, mask = _row_block(batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h, PAD_D)
     return tl.load(ptr + offsets, mask=mask, other=0.0)
 
 
 @triton.jit
 def _row_statistics(Lse, Delta, batch, head, first, rows, length, stride_lb, stride_lh):
-    """The forward's lse and D = rowsum(dO * O) of the rows (+inf and 0 past the sequence)."""
+    """The forward's lse in base 2 (lse * log2(e)) and D = rowsum(dO * O) of the rows (+inf and 0
+    past the sequence, where P is then 0)."""
     offsets = batch * stride_lb + head * stride_lh + first + rows
-    return (tl.load(Lse + offsets, mask=rows < length, other=float("inf")),
-            tl.load(Delta + offsets, mask=rows < length, other=0.0))
+    lse = tl.load(Lse + offsets, mask=rows < length, other=float("inf"))
+    return lse * LOG2E, tl.load(Delta + offsets, mask=rows < length, other=0.0)
 
 
 @triton.jit
@@ -219,7 +274,8 @@ def _online_softmax_of_products(qk, m_i, l_i, scale_log2, rows, cols, len_q, len
     order, csrc/flash/softmax.cuh; it needs the scale positive, which validation and the fp8
     descales' meaning give). A masked block scales first, so that a zero scale cannot meet -inf."""
     if MASKED:
-        s = tl.where(_visible(rows, cols, len_q, len_k, left, right), qk * scale_log2, float("-inf"))
+        s = tl.where(_visible(rows[:, None], cols[None, :], len_q, len_k, left, right), qk * scale_log2,
+                     float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that see no key yet
         p = tl.exp2(s - m_base[:, None])
@@ -250,36 +306,46 @@ def _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI: tl.constexpr):
 
 
 @triton.jit
-def _key_block(base, cols, len_k, dims, headdim, stride_s, stride_d, MASKED: tl.constexpr):
-    """The (BLOCK_N, BLOCK_D) block of keys `cols` of one head at `base` (its first key, dim 0);
-    whole blocks (MASKED False) lie inside the sequence and mask the padded head dims only."""
-    mask = dims[None, :] < headdim
+def _key_block(base, cols, len_k, dims, headdim, stride_s, stride_d, MASKED: tl.constexpr, PAD_D: tl.constexpr):
+    """The (BLOCK_N, BLOCK_D) block of keys `cols` of one head at `base` (its first key, dim 0).
+    MASKED: keys past len_k read as 0; whole blocks (MASKED False) lie inside the sequence. PAD_D:
+    the padded head dims read as 0; without it the load has no mask at all."""
+    pointers = base + cols[:, None] * stride_s + dims[None, :] * stride_d
     if MASKED:
-        mask = mask & (cols[:, None] < len_k)
-    return tl.load(base + cols[:, None] * stride_s + dims[None, :] * stride_d, mask=mask, other=0.0)
+        if PAD_D:
+            block = tl.load(pointers, mask=(cols[:, None] < len_k) & (dims[None, :] < headdim), other=0.0)
+        else:
+            block = tl.load(pointers, mask=cols[:, None] < len_k, other=0.0)
+    else:
+        if PAD_D:
+            block = tl.load(pointers, mask=dims[None, :] < headdim, other=0.0)
+        else:
+            block = tl.load(pointers)
+    return block
 
 
 @triton.jit
 def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, len_q, len_k, stride_ks, stride_vs,
             stride_vd, score_scale, scale_log2, softcap, slope, left, right, Rng, batch, heads, head, keep_threshold,
             BLOCK_N: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-            DOT_PRECISION: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr):
+            DOT_PRECISION: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr,
+            PAD_D: tl.constexpr):
     """The forward's walk over the key blocks [start, stop) (multiples of BLOCK_N): returns acc, m_i,
     l_i updated. MASKED False: every key of every block is visible (_full_key_blocks)."""
     for n0 in range(start, stop, BLOCK_N):
         cols = tl.multiple_of(n0, BLOCK_N) + tl.arange(0, BLOCK_N)
-        k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED)
-        v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, stride_vd, MASKED)
+        k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED, PAD_D)
+        v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, stride_vd, MASKED, PAD_D)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if HAS_SOFTCAP or HAS_ALIBI:
-            s, _ = _scores(q, k, rows, cols, len_q, len_k, score_scale, softcap, slope, left, right, HAS_SOFTCAP,
-                           HAS_ALIBI, DOT_PRECISION, MASKED)
+            s, _ = _final_scores(qk, rows[:, None], cols[None, :], len_q, len_k, score_scale, softcap, slope, left,
+                                 right, HAS_SOFTCAP, HAS_ALIBI, MASKED)
             p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i)
         else:
-            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
             p, alpha, m_i, l_i = _online_softmax_of_products(qk, m_i, l_i, scale_log2, rows, cols, len_q, len_k, left,
                                                              right, MASKED)
         if HAS_DROPOUT:  # the softmax normalizes before dropout
-            p = tl.where(_dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold), p, 0.0)
+            p = tl.where(_dropout_keep(rows[:, None], cols[None, :], Rng, batch, heads, head, keep_threshold), p, 0.0)
         acc = tl.dot(_pv_operand(p, v.dtype, INTERPRETER_ROUNDING), v, acc * alpha[:, None],
                      input_precision=DOT_PRECISION)
     return acc, m_i, l_i
@@ -293,13 +359,19 @@ def attention_forward_kernel(
         seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
         keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
         HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-        IS_FP8: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr):
+        PAD_D: tl.constexpr, CLIP_LEFT: tl.constexpr, CLIP_RIGHT: tl.constexpr, IS_FP8: tl.constexpr,
+        INTERPRETER_ROUNDING: tl.constexpr):
     """Out and Lse of one query block. IS_FP8: q, k, v are e4m3 with the descales of Descales
     (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16).
 
-    The key walk runs in three loops (_full_key_blocks): masked blocks before and after the ones
-    every query sees whole, which skip the mask. Query blocks run last to first, so that under a
-    causal mask the longest walks start first and the shortest fill the tail of the launch."""
+    The key walk runs in up to three loops (_full_key_blocks): masked blocks before and after the
+    ones every query sees whole, which skip the mask. The host compiles the masked loops only where
+    they can run: CLIP_LEFT (a left window) the first, CLIP_RIGHT (a causal / right window, varlen,
+    or seqlen_k not a multiple of every BLOCK_N) the last. Each loop compiled costs registers even
+    when it runs no block (Triton 3.9 for sm_90, hd 128, 128 x 64, 8 warps: 177 registers with the
+    whole-block loop alone, 227 with one masked loop, 255 and 64 bytes of spills with both), so a
+    plain non-causal call runs one loop, a causal one two. Query blocks run last to first, so that
+    under a causal mask the longest walks start first and the shortest fill the tail of the launch."""
     m_block, head, batch = tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
     m0 = m_block * BLOCK_M
@@ -307,7 +379,8 @@ def attention_forward_kernel(
         rows = m0 + tl.arange(0, BLOCK_M)
         dims = tl.arange(0, BLOCK_D)
         kv_head = head // group
-        q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh)
+        q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh,
+                            PAD_D)
         slope = _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI)
         score_scale, out_scale = scale, keep_scale
         if IS_FP8:
@@ -321,37 +394,102 @@ def attention_forward_kernel(
         lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
         full_lo, full_hi = _full_key_blocks(m0, lo, hi, len_q, len_k, left, right, BLOCK_M, BLOCK_N)
         scale_log2 = score_scale * LOG2E
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, lo, full_lo, rows, dims, headdim, len_q, len_k,
-                                stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope, left, right,
-                                Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-                                DOT_PRECISION, INTERPRETER_ROUNDING, MASKED=True)
+        if CLIP_LEFT:
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, lo, full_lo, rows, dims, headdim, len_q, len_k,
+                                    stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope, left,
+                                    right, Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI,
+                                    HAS_DROPOUT, DOT_PRECISION, INTERPRETER_ROUNDING, True, PAD_D)
         acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, full_lo, full_hi, rows, dims, headdim, len_q, len_k,
                                 stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope, left, right,
                                 Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-                                DOT_PRECISION, INTERPRETER_ROUNDING, MASKED=False)
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, full_hi, hi, rows, dims, headdim, len_q, len_k,
-                                stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope, left, right,
-                                Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-                                DOT_PRECISION, INTERPRETER_ROUNDING, MASKED=True)
+                                DOT_PRECISION, INTERPRETER_ROUNDING, False, PAD_D)
+        if CLIP_RIGHT:
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, full_hi, hi, rows, dims, headdim, len_q, len_k,
+                                    stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope, left,
+                                    right, Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI,
+                                    HAS_DROPOUT, DOT_PRECISION, INTERPRETER_ROUNDING, True, PAD_D)
         out, lse = _normalized_rows(acc, m_i, l_i, out_scale)
         out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
-                                           stride_oh)
+                                           stride_oh, PAD_D)
         tl.store(Out + out_offsets, _output(out, Out.dtype.element_ty, INTERPRETER_ROUNDING), mask=out_mask)
         tl.store(Lse + batch * stride_lb + head * stride_lh + q_first + rows, lse, mask=rows < len_q)
 
 
 @triton.jit
-def _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
-                   HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """P (BLOCK_M, BLOCK_N) recomputed from the forward's lse, and dS/d(q.k) per unit of dS:
-    scale, times 1 - t^2 with softcap."""
-    s, t = _scores(q, k, rows, cols, len_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI,
-                   DOT_PRECISION, MASKED=True)
-    p = tl.exp2((s - lse[:, None]) * LOG2E)
-    chain = tl.full(s.shape, 1.0, tl.float32) * scale
-    if HAS_SOFTCAP:
-        chain = chain * (1.0 - t * t)
-    return p, chain
+def attention_backward_delta_kernel(
+        Out, DOut, Delta, CuQ, stride_ob, stride_os, stride_oh, stride_db, stride_ds, stride_dh, stride_lb, stride_lh,
+        seqlen_q, total_q, headdim, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
+        PAD_D: tl.constexpr):
+    """D = rowsum(dO * O) in fp32 of one block of rows of one head, laid out like lse (the
+    backward's first kernel; rows outside every varlen sequence are left unwritten: no kernel reads
+    them)."""
+    m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    q_first, len_q = _sequence(CuQ, batch, seqlen_q, total_q, VARLEN)
+    m0 = m_block * BLOCK_M
+    if m0 < len_q:
+        rows = m0 + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, BLOCK_D)
+        o = _load_row_block(Out, batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os, stride_oh,
+                            PAD_D)
+        do = _load_row_block(DOut, batch, q_first, rows, len_q, head, dims, headdim, stride_db, stride_ds, stride_dh,
+                             PAD_D)
+        delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+        tl.store(Delta + batch * stride_lb + head * stride_lh + q_first + rows, delta, mask=rows < len_q)
+
+
+@triton.jit
+def _probabilities(qk, i, j, lse_log2, len_q, len_k, scale, scale_log2, softcap, slope, left, right,
+                   HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MASKED: tl.constexpr):
+    """P recomputed from the raw products qk (either orientation: i, j the 2D query / key indices,
+    lse_log2 the rows' lse * log2(e) broadcast like i) and t = tanh(qk * scale / softcap) (1
+    without softcap): dS = P (dP - D) (1 - t^2) times the scale, which the kernels apply once to
+    the finished dQ / dK. Plain scores take one FMA per element: exp2(qk * scale_log2 - lse_log2)."""
+    if HAS_SOFTCAP or HAS_ALIBI:
+        s, t = _final_scores(qk, i, j, len_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI,
+                             MASKED)
+        p = tl.exp2(s * LOG2E - lse_log2)
+    else:
+        t = tl.full(qk.shape, 1.0, tl.float32)
+        if MASKED:
+            p = tl.exp2(tl.where(_visible(i, j, len_q, len_k, left, right), qk * scale_log2 - lse_log2,
+                                 float("-inf")))
+        else:
+            p = tl.exp2(qk * scale_log2 - lse_log2)
+    return p, t
+
+
+@triton.jit
+def _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, start, stop, cols, dims, headdim, batch, head, heads, q_first, len_q,
+               len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh, scale,
+               scale_log2, softcap, slope, left, right, Rng, keep_threshold, keep_scale, BLOCK_M: tl.constexpr,
+               HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+               DOT_PRECISION: tl.constexpr, MASKED: tl.constexpr, PAD_D: tl.constexpr):
+    """dK (unscaled) and dV of the key block `cols` over the query blocks [start, stop), in the
+    transposed orientation: S^T = K Q^T (keys down the rows), so that P^T and dS^T are the A
+    operands of dV += P^T dO and dK += dS^T Q as they come out of the MMA, with no transpose through
+    shared memory. MASKED False: every query of the blocks sees every key (_full_query_blocks)."""
+    for m0 in range(start, stop, BLOCK_M):
+        rows = tl.multiple_of(m0, BLOCK_M) + tl.arange(0, BLOCK_M)
+        q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh,
+                            PAD_D)
+        do = _load_row_block(DOut, batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os, stride_oh,
+                             PAD_D)
+        lse_log2, delta = _row_statistics(Lse, Delta, batch, head, q_first, rows, len_q, stride_lb, stride_lh)
+        qk_t = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)
+        p_t, t_t = _probabilities(qk_t, rows[None, :], cols[:, None], lse_log2[None, :], len_q, len_k, scale,
+                                  scale_log2, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI, MASKED)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+        p_out = p_t  # P as the output saw it: dropped entries 0, kept ones scaled
+        if HAS_DROPOUT:
+            keep = _dropout_keep(rows[None, :], cols[:, None], Rng, batch, heads, head, keep_threshold)
+            p_out = tl.where(keep, p_t * keep_scale, 0.0)
+            dp_t = tl.where(keep, dp_t * keep_scale, 0.0)
+        dv += tl.dot(p_out.to(do.dtype), do, input_precision=DOT_PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        if HAS_SOFTCAP:
+            ds_t = ds_t * (1.0 - t_t * t_t)
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=DOT_PRECISION)
+    return dk, dv
 
 
 @triton.jit
@@ -362,9 +500,11 @@ def attention_backward_dkdv_kernel(
         stride_gb, stride_gs, stride_gh,
         seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
         keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
-        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        PAD_D: tl.constexpr, CLIP_LEFT: tl.constexpr, CLIP_RIGHT: tl.constexpr):
     """dK, dV of one key block for one query head (DK, DV hold one slice per query head, strides
-    stride_g*; the caller sums the slices of a KV head)."""
+    stride_g*; the caller sums the slices of a KV head). The query walk runs in up to three loops
+    (_full_query_blocks; CLIP_RIGHT compiles the masked first one, CLIP_LEFT the masked last one)."""
     n_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
     n0 = n_block * BLOCK_N
@@ -372,33 +512,62 @@ def attention_backward_dkdv_kernel(
         cols = n0 + tl.arange(0, BLOCK_N)
         dims = tl.arange(0, BLOCK_D)
         kv_head = head // group
-        k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh)
-        v = _load_row_block(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs, stride_vh)
+        k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh,
+                            PAD_D)
+        v = _load_row_block(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs, stride_vh,
+                            PAD_D)
         slope = _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI)
+        scale_log2 = scale * LOG2E
         dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
         dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
         lo, hi = _query_range(n0, BLOCK_N, len_q, len_k, left, right, BLOCK_M)
-        for m0 in range(lo, hi, BLOCK_M):
-            rows = m0 + tl.arange(0, BLOCK_M)
-            q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh)
-            do = _load_row_block(DOut, batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
-                                 stride_oh)
-            lse, delta = _row_statistics(Lse, Delta, batch, head, q_first, rows, len_q, stride_lb, stride_lh)
-            p, chain = _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
-                                      HAS_SOFTCAP, HAS_ALIBI, DOT_PRECISION)
-            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-            p_out = p  # P as the output saw it: dropped entries 0, kept ones scaled
-            if HAS_DROPOUT:
-                keep = _dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold)
-                p_out = tl.where(keep, p * keep_scale, 0.0)
-                dp = tl.where(keep, dp * keep_scale, 0.0)
-            dv += tl.dot(tl.trans(p_out.to(do.dtype)), do, input_precision=DOT_PRECISION)
-            ds = p * (dp - delta[:, None]) * chain
-            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=DOT_PRECISION)
+        full_lo, full_hi = _full_query_blocks(n0, lo, hi, len_q, len_k, left, right, BLOCK_M, BLOCK_N)
+        if CLIP_RIGHT:
+            dk, dv = _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, lo, full_lo, cols, dims, headdim, batch, head, heads,
+                                q_first, len_q, len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os, stride_oh,
+                                stride_lb, stride_lh, scale, scale_log2, softcap, slope, left, right, Rng,
+                                keep_threshold, keep_scale, BLOCK_M, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                                DOT_PRECISION, True, PAD_D)
+        dk, dv = _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, full_lo, full_hi, cols, dims, headdim, batch, head,
+                            heads, q_first, len_q, len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os,
+                            stride_oh, stride_lb, stride_lh, scale, scale_log2, softcap, slope, left, right, Rng,
+                            keep_threshold, keep_scale, BLOCK_M, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION,
+                            False, PAD_D)
+        if CLIP_LEFT:
+            dk, dv = _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, full_hi, hi, cols, dims, headdim, batch, head, heads,
+                                q_first, len_q, len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os, stride_oh,
+                                stride_lb, stride_lh, scale, scale_log2, softcap, slope, left, right, Rng,
+                                keep_threshold, keep_scale, BLOCK_M, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                                DOT_PRECISION, True, PAD_D)
         g_offsets, g_mask = _row_block(batch, k_first, cols, len_k, head, dims, headdim, stride_gb, stride_gs,
-                                       stride_gh)
-        tl.store(DK + g_offsets, dk.to(DK.dtype.element_ty), mask=g_mask)
+                                       stride_gh, PAD_D)
+        tl.store(DK + g_offsets, (dk * scale).to(DK.dtype.element_ty), mask=g_mask)
         tl.store(DV + g_offsets, dv.to(DV.dtype.element_ty), mask=g_mask)
+
+
+@triton.jit
+def _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, start, stop, rows, dims, headdim, batch, head, heads, len_q,
+             len_k, stride_ks, stride_vs, scale, scale_log2, softcap, slope, left, right, Rng, keep_threshold,
+             keep_scale, BLOCK_N: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+             HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr, MASKED: tl.constexpr, PAD_D: tl.constexpr):
+    """dQ (unscaled) of the query block `rows` over the key blocks [start, stop); MASKED False: every
+    key of the blocks is visible to every query (_full_key_blocks)."""
+    for n0 in range(start, stop, BLOCK_N):
+        cols = tl.multiple_of(n0, BLOCK_N) + tl.arange(0, BLOCK_N)
+        k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED, PAD_D)
+        v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, 1, MASKED, PAD_D)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        p, t = _probabilities(qk, rows[:, None], cols[None, :], lse_log2[:, None], len_q, len_k, scale, scale_log2,
+                              softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI, MASKED)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+        if HAS_DROPOUT:
+            dp = tl.where(_dropout_keep(rows[:, None], cols[None, :], Rng, batch, heads, head, keep_threshold),
+                          dp * keep_scale, 0.0)
+        ds = p * (dp - delta[:, None])
+        if HAS_SOFTCAP:
+            ds = ds * (1.0 - t * t)
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
+    return dq
 
 
 @triton.jit
@@ -408,9 +577,11 @@ def attention_backward_dq_kernel(
         stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
         seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
         keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
-        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """dQ of one query block (DQ laid out like Q)."""
-    m_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        PAD_D: tl.constexpr, CLIP_LEFT: tl.constexpr, CLIP_RIGHT: tl.constexpr):
+    """dQ of one query block (DQ laid out like Q); its key walk is the forward's (_full_key_blocks),
+    query blocks last to first as there."""
+    m_block, head, batch = tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
     m0 = m_block * BLOCK_M
     if m0 < len_q:
@@ -418,22 +589,30 @@ def attention_backward_dq_kernel(
         dims = tl.arange(0, BLOCK_D)
         kv_head = head // group
         q_offsets, q_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs,
-                                       stride_qh)
+                                       stride_qh, PAD_D)
         q = tl.load(Q + q_offsets, mask=q_mask, other=0.0)
-        do = _load_row_block(DOut, batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os, stride_oh)
-        lse, delta = _row_statistics(Lse, Delta, batch, head, q_first, rows, len_q, stride_lb, stride_lh)
+        do = _load_row_block(DOut, batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os, stride_oh,
+                             PAD_D)
+        lse_log2, delta = _row_statistics(Lse, Delta, batch, head, q_first, rows, len_q, stride_lb, stride_lh)
         slope = _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI)
+        scale_log2 = scale * LOG2E
+        K_head = K + batch * stride_kb + k_first * stride_ks + kv_head * stride_kh
+        V_head = V + batch * stride_vb + k_first * stride_vs + kv_head * stride_vh
         dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
         lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
-        for n0 in range(lo, hi, BLOCK_N):
-            cols = n0 + tl.arange(0, BLOCK_N)
-            k = _load_row_block(K, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_kb, stride_ks, stride_kh)
-            v = _load_row_block(V, batch, k_first, cols, len_k, kv_head, dims, headdim, stride_vb, stride_vs, stride_vh)
-            p, chain = _probabilities(q, k, rows, cols, lse, len_q, len_k, scale, softcap, slope, left, right,
-                                      HAS_SOFTCAP, HAS_ALIBI, DOT_PRECISION)
-            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-            if HAS_DROPOUT:
-                dp = tl.where(_dropout_keep(rows, cols, Rng, batch, heads, head, keep_threshold), dp * keep_scale, 0.0)
-            ds = p * (dp - delta[:, None]) * chain
-            dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
-        tl.store(DQ + q_offsets, dq.to(DQ.dtype.element_ty), mask=q_mask)
+        full_lo, full_hi = _full_key_blocks(m0, lo, hi, len_q, len_k, left, right, BLOCK_M, BLOCK_N)
+        if CLIP_LEFT:
+            dq = _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, lo, full_lo, rows, dims, headdim, batch, head,
+                          heads, len_q, len_k, stride_ks, stride_vs, scale, scale_log2, softcap, slope, left, right,
+                          Rng, keep_threshold, keep_scale, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                          DOT_PRECISION, True, PAD_D)
+        dq = _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, full_lo, full_hi, rows, dims, headdim, batch, head,
+                      heads, len_q, len_k, stride_ks, stride_vs, scale, scale_log2, softcap, slope, left, right, Rng,
+                      keep_threshold, keep_scale, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION, False,
+                      PAD_D)
+        if CLIP_RIGHT:
+            dq = _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, full_hi, hi, rows, dims, headdim, batch, head,
+                          heads, len_q, len_k, stride_ks, stride_vs, scale, scale_log2, softcap, slope, left, right,
+                          Rng, keep_threshold, keep_scale, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                          DOT_PRECISION, True, PAD_D)
+        tl.store(DQ + q_offsets, (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)

@@ -3,10 +3,13 @@ FLASH_ATTENTION_TRITON_AMD_AUTOTUNE="TRUE", which autotunes each kernel over a s
 (block sizes, num_warps, num_stages) and caches the winner per shape key, as FlashAttention's AMD
 Triton backend does. The variable is read per call, like FLASH_ATTENTION_TRITON_AMD_ENABLE.
 
-Without it, each kernel launches with the fixed tile its host chooses (attention._blocks,
-kvcache._blocks) and Triton's default num_warps / num_stages, except the fp8 forward, whose tile
-names its warps and stages (attention.FP8_FORWARD_TILE); FORWARD_TILE_VARIABLE and
-FP8_FORWARD_TILE_VARIABLE below replace the forward's fixed tile for experiments.
+Without it, each kernel launches with the fixed tile its host chooses (attention._forward_launch,
+attention._backward_launches, kvcache._blocks): on NVIDIA GPUs, for 16-bit inputs up to head dim
+128, a tile per kernel and head dim with its warps and stages (attention.py says which and why);
+elsewhere (fp32, head dims above 128, ROCm) the 64 x 64 / 32 x 32 blocks with Triton's default
+num_warps / num_stages; the fp8 forward's own tile (attention.FP8_FORWARD_TILE). The variables
+below (FORWARD_TILE_VARIABLE, FP8_FORWARD_TILE_VARIABLE, DKDV_TILE_VARIABLE, DQ_TILE_VARIABLE)
+replace a kernel's fixed tile for experiments.
 
 With it, the first call of a shape key times every config that fits the head dim (triton.autotune,
 its cache in memory for the process) and later calls reuse the winner; the key is the kernel's
@@ -32,6 +35,10 @@ AUTOTUNE_VARIABLE = "FLASH_ATTENTION_TRITON_AMD_AUTOTUNE"
 # as benchmarks/experiments/triton_fp8_speed.py. Unset, the host's tile runs; autotuning ignores them.
 FORWARD_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_FORWARD_TILE"
 FP8_FORWARD_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_FP8_FORWARD_TILE"
+# The same for the backward's two kernels: dK / dV (BLOCK_M queries per step, BLOCK_N keys per
+# program) and dQ (BLOCK_M queries per program, BLOCK_N keys per step).
+DKDV_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DKDV_TILE"
+DQ_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DQ_TILE"
 
 # A tile is tried when each of its row blocks times the padded head dim stays within this many
 # elements (128 x 128), the bound the fixed tiles keep (32 x 32 above head dim 128): larger fp32
@@ -69,15 +76,21 @@ class Tile:
         return triton.Config(blocks, num_warps=self.num_warps, num_stages=self.num_stages)
 
 
-# The GPU lists start with the fixed tiles (64 x 64, 32 x 32 above head dim 128, Triton's default
-# 4 warps and 3 stages) and add larger and pipelined variants in the spirit of FlashAttention's AMD
-# sweep, kept short because every config compiles on the first call of each key. The forward's list
-# holds the fp8 forward's fixed tile too (attention.FP8_FORWARD_TILE).
+# The GPU lists start with the old fixed tiles (64 x 64, 32 x 32 above head dim 128, Triton's default
+# 4 warps and 3 stages) and hold each kernel's fixed tiles of attention.py (the forward's 128 x 64
+# with 8 warps, the fp8 forward's 128 x 64 with 4; the backward's per head dim), plus a few larger
+# and pipelined variants in the spirit of FlashAttention's AMD sweep, kept short because every config
+# compiles on the first call of each key.
 FORWARD_TILES = (Tile(64, 64), Tile(32, 32), Tile(128, 64, 8, 3), Tile(128, 64, 4, 2), Tile(128, 128, 8, 2),
                  Tile(64, 32, 4, 4), Tile(128, 64, 4, 3))
-BACKWARD_TILES = (Tile(64, 64), Tile(32, 32), Tile(32, 64, 4, 3), Tile(64, 32, 4, 3), Tile(64, 128, 8, 2),
-                  Tile(128, 64, 8, 2))
+DKDV_TILES = (Tile(64, 64), Tile(32, 32), Tile(64, 128, 8, 3), Tile(32, 128, 8, 3), Tile(32, 64, 4, 3),
+              Tile(64, 64, 8, 3))
+DQ_TILES = (Tile(64, 64), Tile(32, 32), Tile(128, 64, 8, 3), Tile(64, 64, 8, 3), Tile(128, 32, 8, 3),
+            Tile(64, 32, 4, 3))
 KVCACHE_TILES = (Tile(None, 64), Tile(None, 32), Tile(None, 128, 4, 3), Tile(None, 128, 8, 2), Tile(None, 64, 8, 3))
+# The largest BLOCK_N of the attention lists: a key length that is a multiple of it fills every key
+# block of any listed tile (attention.py's CLIP_RIGHT).
+MAX_LISTED_BLOCK_N = max(tile.block_n for tiles in (FORWARD_TILES, DKDV_TILES, DQ_TILES) for tile in tiles)
 INTERPRETER_TILES = {"attention": (Tile(32, 32), Tile(64, 64)), "kvcache": (Tile(None, 32), Tile(None, 64))}
 
 

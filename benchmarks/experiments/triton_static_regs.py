@@ -1,0 +1,134 @@
+"""Registers, spills and shared memory of the Triton backend's attention kernels compiled for a GPU
+target without a GPU (triton.compile on an ASTSource, ptxas from the triton wheel, cuobjdump's
+resource usage): the fixed tiles the host picks on NVIDIA GPUs (flash_attn/triton/attention.py) or
+given ones, per kernel, head dim, dtype and feature flags. A static check, not a timing: spills and
+register counts decide occupancy, not speed. Runs on a CPU-only machine (no TRITON_INTERPRET).
+
+    python benchmarks/experiments/triton_static_regs.py [--arch 90] [--headdims 64 128]
+        [--dtypes bf16 fp16] [--kernels forward dkdv dq] [--tiles 128,64,8,3 ...] [--features plain causal ...]
+
+Features: plain (non-causal, key length a multiple of 128: one whole-block walk), causal (the masked
+diagonal walk too), local (both masked walks), softcap, alibi, dropout, varlen, padded (the head dim
+below its block, as hd 96 in a block of 128: the loads' head-dim masks), fp8 (forward only). Each row: the compiled
+kernel's registers per thread, stack (spill) bytes, and shared memory.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+from flash_attn.triton import attention, kernels, tuning  # noqa: E402
+
+KERNELS = {"forward": kernels.attention_forward_kernel, "dkdv": kernels.attention_backward_dkdv_kernel,
+           "dq": kernels.attention_backward_dq_kernel}
+POINTERS = {"Lse": "fp32", "Delta": "fp32", "CuQ": "i32", "CuK": "i32", "Slopes": "fp32", "Rng": "i64",
+            "Descales": "fp32"}
+FLOATS = ("scale", "softcap", "keep_scale")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": attention.FP8_DTYPE}
+TRITON_TYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8e4nv"}
+
+
+def flags(feature):
+    """The constexpr flags of a feature (see the docstring)."""
+    flags = dict(VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_DROPOUT=False, PAD_D=False, CLIP_LEFT=False,
+                 CLIP_RIGHT=True)
+    flags.update({"plain": dict(CLIP_RIGHT=False), "causal": {}, "local": dict(CLIP_LEFT=True),
+                  "softcap": dict(HAS_SOFTCAP=True), "alibi": dict(HAS_ALIBI=True), "dropout": dict(HAS_DROPOUT=True),
+                  "varlen": dict(VARLEN=True), "padded": dict(PAD_D=True), "fp8": {}}[feature])
+    return flags
+
+
+def compile_one(name, dtype_name, block_d, tile, feature, arch):
+    """(registers, stack bytes, shared bytes) of one compiled kernel."""
+    fn = KERNELS[name]
+    element = TRITON_TYPES[dtype_name]
+    constexprs = dict(BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"], BLOCK_D=block_d,
+                      DOT_PRECISION="ieee" if dtype_name == "fp32" else "tf32", **flags(feature))
+    if name == "forward":
+        constexprs.update(IS_FP8=dtype_name == "fp8", INTERPRETER_ROUNDING=False)
+    signature, attrs = {}, {}
+    for index, arg in enumerate(fn.arg_names):
+        if arg in constexprs:
+            signature[arg] = "constexpr"
+        elif arg == "stride_vd" and dtype_name != "fp8":  # 1, which Triton specializes
+            signature[arg], constexprs[arg] = "constexpr", 1
+        elif arg in POINTERS:
+            signature[arg] = "*" + POINTERS[arg]
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif arg[0].isupper():
+            signature[arg] = "*" + ("bf16" if arg == "Out" and dtype_name == "fp8" else element)
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif arg in FLOATS:
+            signature[arg] = "fp32"
+        else:
+            signature[arg] = "i32"
+            if arg.startswith("stride_") or arg in ("headdim", "seqlen_q", "seqlen_k"):
+                attrs[(index,)] = [["tt.divisibility", 16]]
+    source = ASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()}, attrs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
+                              options=dict(num_warps=tile.get("num_warps", 4), num_stages=tile.get("num_stages", 3)))
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+        usage = subprocess.run([tool, "-res-usage", cubin.name], capture_output=True, text=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
+    return int(found[1]), int(found[2]), compiled.metadata.shared
+
+
+def host_tiles(name, dtype, block_d):
+    """The host's fixed launch options of kernel `name` on an NVIDIA GPU."""
+    cuda = torch.device("cuda")
+    if name == "forward":
+        return attention._forward_launch(block_d, dtype, cuda)
+    dkdv, dq = attention._backward_launches(block_d, dtype, cuda)
+    return dkdv if name == "dkdv" else dq
+
+
+def parse_tile(text):
+    block_m, block_n, warps, stages = (int(x) for x in text.split(","))
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--headdims", nargs="+", type=int, default=(64, 128))
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=("bf16",))
+    parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=("forward", "dkdv", "dq"))
+    parser.add_argument("--tiles", nargs="+", type=parse_tile,
+                        help="BLOCK_M,BLOCK_N,warps,stages (default: the host's)")
+    parser.add_argument("--features", nargs="+", default=("plain", "causal"))
+    args = parser.parse_args()
+    print(f"triton {triton.__version__}, sm_{args.arch}")
+    print("| kernel | dtype | hd | feature | tile | regs | stack B | smem B |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.kernels:
+        for dtype_name in args.dtypes:
+            if dtype_name == "fp8" and name != "forward":
+                continue
+            for headdim in args.headdims:
+                for feature in args.features:
+                    block_d = triton.next_power_of_2(headdim)
+                    for tile in args.tiles or [host_tiles(name, DTYPES[dtype_name], block_d)]:
+                        text = (f"{tile['BLOCK_M']}x{tile['BLOCK_N']} w{tile.get('num_warps', 4)} "
+                                f"s{tile.get('num_stages', 3)}")
+                        try:
+                            regs, stack, smem = compile_one(name, dtype_name, block_d, tile, feature, args.arch)
+                            cells = f"{regs} | {stack} | {smem}"
+                        except Exception as error:  # out of shared memory, unsupported shapes
+                            cells = f"{type(error).__name__} | - | -"
+                        print(f"| {name} | {dtype_name} | {block_d} | {feature} | {text} | {cells} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
