@@ -9,6 +9,8 @@ softmax can meet. bf16 runs on the GPU only: Triton's interpreter (3.6 and 3.9) 
 tensors wrongly (errors of 1e9 on a 40 x 64 product), whatever the kernel.
 """
 
+import itertools
+
 import pytest
 import torch
 
@@ -192,7 +194,7 @@ def test_walks_of_small_tiles(monkeypatch, name):
 def test_forward_launch_options(monkeypatch):
     """The forward's fixed launch: the portable 64 x 64 / 32 x 32 blocks with Triton's default warps
     and stages for fp32, CPU tensors and (on ROCm) everything 16-bit; on NVIDIA GPUs 16-bit inputs
-    up to head dim 128 take NVIDIA_16BIT_FORWARD_TILE; fp8 up to head dim 128 takes FP8_FORWARD_TILE
+    up to head dim 128 take NVIDIA_16BIT_FORWARD_TILES (by head dim and right window); fp8 up to head dim 128 takes FP8_FORWARD_TILE
     (not on ROCm); each variable overrides its own."""
     from flash_attn.triton import attention
 
@@ -202,9 +204,11 @@ def test_forward_launch_options(monkeypatch):
     assert attention._forward_launch(256, torch.bfloat16, cuda) == dict(BLOCK_M=32, BLOCK_N=32)
     assert attention._forward_launch(256, attention.FP8_DTYPE, cuda) == dict(BLOCK_M=32, BLOCK_N=32)
     nvidia = torch.version.hip is None
-    for dtype in (torch.float16, torch.bfloat16):
-        expected = attention.NVIDIA_16BIT_FORWARD_TILE.launch_options() if nvidia else dict(BLOCK_M=64, BLOCK_N=64)
-        assert attention._forward_launch(128, dtype, cuda) == expected
+    for dtype, block_d, right_window in itertools.product((torch.float16, torch.bfloat16), (32, 64, 128),
+                                                          (False, True)):
+        tile = attention.NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
+        expected = tile.launch_options() if nvidia else dict(BLOCK_M=64, BLOCK_N=64)
+        assert attention._forward_launch(block_d, dtype, cuda, right_window) == expected
     if nvidia:
         assert attention._forward_launch(128, attention.FP8_DTYPE, cuda) == attention.FP8_FORWARD_TILE.launch_options()
     monkeypatch.setenv(tuning.FP8_FORWARD_TILE_VARIABLE, "128,64,4,2")

@@ -47,19 +47,26 @@ def _blocks(headdim_padded):
 # with 8 warps.
 FP8_FORWARD_TILE = tuning.Tile(128, 64, 4, 3)
 
-# The 16-bit tiles on NVIDIA GPUs, up to head dim 128 (BLOCK_M, BLOCK_N, warps, stages). Forward:
-# 128 x 64 with 8 warps, each warpgroup 64 query rows, K and V shared by the two: at hd 128 the
-# fastest of the H100 sweep of v22 (benchmarks/NOTES.md; 4-15% ahead of 64 x 64 with 4 warps), the
-# tile Triton's tutorial autotunes among. Backward (dK / dV: BLOCK_M queries a step, BLOCK_N keys a
-# program; dQ: BLOCK_M queries a program, BLOCK_N keys a step): 128-key dK / dV blocks as
-# FlashAttention 2 and 3 use, each with the smallest query step that compiles without spills for
-# sm_90 (Triton 3.9 offline: 64 at hd 64, 32 at hd 128, 8 warps; the 64 x 64 4-warp tile spilled
-# 384 bytes at hd 128). Chosen by registers and shapes, not yet timed: NOTES.md has the predictions,
-# and the tile variables of tuning.py select others.
-NVIDIA_16BIT_FORWARD_TILE = tuning.Tile(128, 64, 8, 3)
+# The 16-bit tiles on NVIDIA GPUs, up to head dim 128 (BLOCK_M, BLOCK_N, warps, stages), from an H200
+# run (triton 3.6, 16 heads, 16k tokens; benchmarks/NOTES.md v25, results/nvidia-h200_2026-11-27_v25/
+# triton_speed_ab_first.md). Forward: 128 x 64 with 8 warps (each warpgroup 64 query rows, K and V
+# shared): at hd 128 the fastest of v22's H100 sweep and 5% ahead of 64 x 64 with 4 warps at 4k
+# causal here, at hd 64 non-causal 14-17% ahead of the old 64 x 64 forward; but at hd 64 with a right
+# window (causal) 64 x 64 with 4 warps ran 1.35x the 8-warp tile (4k causal). Backward (dK / dV:
+# BLOCK_M queries a step, BLOCK_N keys a program; dQ: BLOCK_M queries a program, BLOCK_N keys a step),
+# at 4k causal: hd 64 keeps the portable 64 x 64 tiles with 4 warps (1.13x the 8-warp 64 x 128 / 128 x
+# 64 pair first chosen by registers); hd 128 takes 32 x 128 with 8 warps for dK / dV (the 4-warp
+# 64 x 64 spilled 384 bytes offline) and 128 x 32 with 8 warps for dQ (1.31x the 64 x 64 8-warp one).
+# One shape measured per choice; the tile variables of tuning.py select others.
+NVIDIA_16BIT_FORWARD_TILES = {  # (padded head dim, right window): tile
+    (64, False): tuning.Tile(128, 64, 8, 3),
+    (64, True): tuning.Tile(64, 64, 4, 3),
+    (128, False): tuning.Tile(128, 64, 8, 3),
+    (128, True): tuning.Tile(128, 64, 8, 3),
+}
 NVIDIA_16BIT_BACKWARD_TILES = {  # padded head dim: (dK / dV tile, dQ tile)
-    64: (tuning.Tile(64, 128, 8, 3), tuning.Tile(128, 64, 8, 3)),
-    128: (tuning.Tile(32, 128, 8, 3), tuning.Tile(64, 64, 8, 3)),
+    64: (tuning.Tile(64, 64, 4, 3), tuning.Tile(64, 64, 4, 3)),
+    128: (tuning.Tile(32, 128, 8, 3), tuning.Tile(128, 32, 8, 3)),
 }
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
@@ -77,18 +84,18 @@ def _launch_options(tile, block_d):
     return tile.launch_options()
 
 
-def _forward_launch(block_d, dtype, device):
+def _forward_launch(block_d, dtype, device, right_window=False):
     """The forward's fixed launch options: the tile of tuning.py's experiment variable where set, else
     FP8_FORWARD_TILE for fp8 up to head dim 128 (not on ROCm, whose fp8 keeps the portable tile),
-    NVIDIA_16BIT_FORWARD_TILE for 16-bit inputs on NVIDIA GPUs up to head dim 128, else the portable
-    blocks."""
+    NVIDIA_16BIT_FORWARD_TILES for 16-bit inputs on NVIDIA GPUs up to head dim 128 (by head dim and
+    whether a right window, causal included, bounds the keys), else the portable blocks."""
     fp8 = dtype == FP8_DTYPE
     tile = tuning.tile_from_environment(tuning.FP8_FORWARD_TILE_VARIABLE if fp8 else tuning.FORWARD_TILE_VARIABLE,
                                         None)
     if tile is None and fp8 and block_d <= 128 and torch.version.hip is None:
         tile = FP8_FORWARD_TILE
     if tile is None and _nvidia_16bit(block_d, dtype, device):
-        tile = NVIDIA_16BIT_FORWARD_TILE
+        tile = NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
     return _launch_options(tile, block_d)
 
 
@@ -225,7 +232,7 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
     descales = descales if fp8 else slopes  # any pointer when unread
     if fp8:
         v = keys_contiguous(v)
-    launch = _forward_launch(pr.block_d, q.dtype, q.device)
+    launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=pr.right >= 0)
     _forward_kernel(
         pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, pr.rng_state, descales, *pr.strides(q),
         *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out), *pr.vector_strides(lse), slope_stride,
