@@ -15,8 +15,8 @@
 //                                         warpgroups through shared memory), written to a shared
 //                                         copy of the dq_accum tile, and dK += dS^T.Q (A = dS^T
 //                                         from registers) issued after it, so that dK's MMAs run
-//                                         under the dQ store and, in the warp-specialized kernel,
-//                                         into the next block's start
+//                                         under the dQ store (in the warp-specialized kernel; the
+//                                         cp.async one waits for them before the store)
 // One thread then adds the whole dQ tile into dq_accum with a single bulk reduction (TMA engine;
 // in a fixed order of key blocks when deterministic, dq_order.cuh): per-element atomics from every
 // thread kept L2 two-thirds busy and stalled the warps that issued them (ncu, benchmarks/NOTES.md).

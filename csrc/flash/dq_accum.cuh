@@ -14,10 +14,10 @@
 //   hd 64 / 128 backward 2-6% faster (H200, benchmarks/NOTES.md v25).
 // - Above hd 128 (the head-split backward) v ^ (row % 8) stays: there the conflict-free swizzle
 //   measured 5-8% slower (H200, v25), for a reason not found.
-// kHeadDim is a multiple of 32, so the swizzle stays inside the row, and rows 8 apart share it. The preprocess zeroes the
-// rows of every sequence, except with deterministic=True (dq_order.cuh: a slice's first add writes
-// its tile); the spare rows are never zeroed, as nothing reads them: a whole-tile add that covers
-// them adds into whatever they hold.
+// kHeadDim is a multiple of 32, so the swizzle stays inside the row, and rows 8 apart share it.
+// The preprocess zeroes the rows of every sequence, except with deterministic=True (dq_order.cuh: a
+// slice's first add writes its tile); the spare rows are never zeroed, as nothing reads them: a
+// whole-tile add that covers them adds into whatever they hold.
 #pragma once
 
 #include "arch/arch.cuh"
