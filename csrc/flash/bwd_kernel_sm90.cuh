@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) bwd_kernel_sm90(const BwdParams
     };
     uint32_t dscores_a[1][kBlockM / 16][4];  // dS^T, the A operand of dK's MMAs
     kv_gradients_sm90<T, Cfg, kScoreExtras>(grads, p, kb, mod, dropout, sK, sV, sdS, stage, m0, at, dscores_a,
-                                            add_previous_dq, [] {});
+                                            add_previous_dq);
     // Phase 3; deterministic: the previous block's add, issued under phase 1, is released under
     // the dQ MMAs (waiting for its completion right away stalled warpgroup 0's MMA issue on every
     // block, benchmarks/NOTES.md v8).

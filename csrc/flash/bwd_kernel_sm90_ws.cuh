@@ -188,7 +188,7 @@ __device__ __forceinline__ void compute_bwd_walk(const BwdWsSmem<Cfg>& s, const 
     // No barrier before the dS^T store: every math warp passed the previous block's dQ-empty barrier
     // (a sync of all of them) after its dQ MMAs, the readers of sdS, were done.
     kv_gradients_sm90<T, Cfg, kScoreExtras>(grads, p, kb, mod, dropout, s.k(), s.v(), s.ds(), stage,
-                                            m_block * Cfg::kBlockM, at, dscores_a, [] {}, [] {});
+                                            m_block * Cfg::kBlockM, at, dscores_a, [] {});
     arch::named_barrier_sync(BwdWsBarriers::kDsWritten, kMath);
     dq_part_sm90<T, Cfg, /*kDkInFlight=*/true>(grads, dscores_a, stage, s.ds(), s.k(), s.dq(buffer), at, [] {}, [&] {
       arch::named_barrier_sync(BwdWsBarriers::kDqEmpty + buffer, kSyncThreads);

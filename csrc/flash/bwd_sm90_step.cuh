@@ -237,17 +237,17 @@ struct BwdSm90Gradients {
   float dv[1][Cfg::kHeadDim / 8][4];
 };
 
-// Phases 1 and 2 of one query block (m0) for one warpgroup, up to dS^T: in sdS (written once
-// before_ds_store() returns: the caller's wait for the other warpgroups to be done reading the
-// previous block's) and in dscores_a, the A operand of dK += dS^T.Q, which phase 3 issues after
-// dQ's MMAs. dV's MMAs are in flight on return. after_issue() runs right after the S^T / dP^T MMAs
-// are issued (under them).
-template <typename T, typename Cfg, bool kScoreExtras, typename KeyBlock, typename AfterIssue, typename BeforeDsStore>
+// Phases 1 and 2 of one query block (m0) for one warpgroup, up to dS^T: in sdS and in dscores_a, the
+// A operand of dK += dS^T.Q, which phase 3 issues after dQ's MMAs. The caller has ordered the sdS
+// store after every warpgroup's reads of the previous block's (the cp.async kernel's step-start
+// __syncthreads, the warp-specialized kernel's dQ-empty sync). dV's MMAs are in flight on return.
+// after_issue() runs right after the S^T / dP^T MMAs are issued (under them).
+template <typename T, typename Cfg, bool kScoreExtras, typename KeyBlock, typename AfterIssue>
 __device__ __forceinline__ void kv_gradients_sm90(BwdSm90Gradients<Cfg>& grads, const BwdParams& p, const KeyBlock& kb,
                                                   const ScoreMod& mod, const Dropout& dropout, const char* sK,
                                                   const char* sV, char* sdS, const QueryStageSm90<Cfg>& stage, int m0,
                                                   const BwdSm90Lanes& at, uint32_t (&dscores_a)[1][Cfg::kBlockM / 16][4],
-                                                  AfterIssue&& after_issue, BeforeDsStore&& before_ds_store) {
+                                                  AfterIssue&& after_issue) {
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kScoreNT = kBlockM / 8;
   const int n0 = kb.n0, lane = at.lane;
   const AttentionMask& mask = kb.mask;
@@ -275,7 +275,6 @@ __device__ __forceinline__ void kv_gradients_sm90(BwdSm90Gradients<Cfg>& grads, 
                                        n0 + at.warp_key0, m0};
   dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, 0, p.fwd, ctx, lane);
   if constexpr (Cfg::kDvAfterDs) issue_kv_gradient_sm90<T, Cfg>(grads.dv, probs_a, stage.dout);  // dV += P^T.dO
-  before_ds_store();
   store_dscores_sm90<T, typename Cfg::DsTile>(sdS, dprobs_t, at.warp_key0, 0, lane);
   arch::fence_proxy_async();
   arch::accumulators_to_a_fragments<T>(dscores_a, dprobs_t);
