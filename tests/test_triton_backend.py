@@ -248,13 +248,19 @@ def test_forward_tile_variable_is_checked(monkeypatch):
 
 
 @triton.jit
-def _walk_bounds_kernel(Params, Bounds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Bounds[case] = (lo, full_lo, full_hi, hi) of Params[case] = (m0, seqlen_q, seqlen_k, left, right)."""
+def _walk_bounds_kernel(Params, Bounds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QUERY_WALK: tl.constexpr):
+    """Bounds[case] = (lo, full_lo, full_hi, hi) of Params[case] = (start, seqlen_q, seqlen_k, left,
+    right): the key walk of the query block at `start` (forward, dQ), or with QUERY_WALK the query
+    walk of the key block there (dK / dV)."""
     params = Params + 5 * tl.program_id(0)
-    m0, seqlen_q, seqlen_k = tl.load(params), tl.load(params + 1), tl.load(params + 2)
+    start, seqlen_q, seqlen_k = tl.load(params), tl.load(params + 1), tl.load(params + 2)
     left, right = tl.load(params + 3), tl.load(params + 4)
-    lo, hi = _key_range(m0, BLOCK_M, seqlen_q, seqlen_k, left, right, BLOCK_N)
-    full_lo, full_hi = _full_key_blocks(m0, lo, hi, seqlen_q, seqlen_k, left, right, BLOCK_M, BLOCK_N)
+    if QUERY_WALK:
+        lo, hi = _query_range(start, BLOCK_N, seqlen_q, seqlen_k, left, right, BLOCK_M)
+        full_lo, full_hi = _full_query_blocks(start, lo, hi, seqlen_q, seqlen_k, left, right, BLOCK_M, BLOCK_N)
+    else:
+        lo, hi = _key_range(start, BLOCK_M, seqlen_q, seqlen_k, left, right, BLOCK_N)
+        full_lo, full_hi = _full_key_blocks(start, lo, hi, seqlen_q, seqlen_k, left, right, BLOCK_M, BLOCK_N)
     bounds = Bounds + 4 * tl.program_id(0)
     tl.store(bounds, lo)
     tl.store(bounds + 1, full_lo)
@@ -301,7 +307,7 @@ def test_full_key_blocks_are_seen_whole(block_m, block_n):
     cases = _random_walk_cases(block_m, block_n, "queries")
     bounds = torch.empty(len(cases), 4, dtype=torch.int32, device=DEVICE)
     _walk_bounds_kernel[(len(cases),)](torch.tensor(cases, dtype=torch.int32, device=DEVICE), bounds,
-                                       BLOCK_M=block_m, BLOCK_N=block_n)
+                                       BLOCK_M=block_m, BLOCK_N=block_n, QUERY_WALK=False)
     for (m0, seqlen_q, seqlen_k, left, right), (lo, full_lo, full_hi, hi) in zip(cases, bounds.tolist()):
         visible = _visible_keys(m0, block_m, seqlen_q, seqlen_k, left, right)
         end = lo + triton.cdiv(max(hi - lo, 0), block_n) * block_n
@@ -313,22 +319,6 @@ def test_full_key_blocks_are_seen_whole(block_m, block_n):
         assert right >= 0 or seqlen_k % block_n != 0 or full_hi == end
 
 
-@triton.jit
-def _query_walk_bounds_kernel(Params, Bounds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Bounds[case] = (lo, full_lo, full_hi, hi) of the dK / dV walk of Params[case] = (n0, seqlen_q,
-    seqlen_k, left, right)."""
-    params = Params + 5 * tl.program_id(0)
-    n0, seqlen_q, seqlen_k = tl.load(params), tl.load(params + 1), tl.load(params + 2)
-    left, right = tl.load(params + 3), tl.load(params + 4)
-    lo, hi = _query_range(n0, BLOCK_N, seqlen_q, seqlen_k, left, right, BLOCK_M)
-    full_lo, full_hi = _full_query_blocks(n0, lo, hi, seqlen_q, seqlen_k, left, right, BLOCK_M, BLOCK_N)
-    bounds = Bounds + 4 * tl.program_id(0)
-    tl.store(bounds, lo)
-    tl.store(bounds + 1, full_lo)
-    tl.store(bounds + 2, full_hi)
-    tl.store(bounds + 3, hi)
-
-
 @pytest.mark.parametrize("block_m,block_n", [(16, 16), (16, 32), (64, 16)])
 def test_full_query_blocks_see_the_key_block(block_m, block_n):
     """The dK / dV walk of a key block [n0, n0 + block_n): [lo, hi) holds every query that sees one of
@@ -337,8 +327,8 @@ def test_full_query_blocks_see_the_key_block(block_m, block_n):
     masked walk before the whole blocks, and without a left window none after them."""
     cases = _random_walk_cases(block_m, block_n, "keys")
     bounds = torch.empty(len(cases), 4, dtype=torch.int32, device=DEVICE)
-    _query_walk_bounds_kernel[(len(cases),)](torch.tensor(cases, dtype=torch.int32, device=DEVICE), bounds,
-                                             BLOCK_M=block_m, BLOCK_N=block_n)
+    _walk_bounds_kernel[(len(cases),)](torch.tensor(cases, dtype=torch.int32, device=DEVICE), bounds,
+                                       BLOCK_M=block_m, BLOCK_N=block_n, QUERY_WALK=True)
     for (n0, seqlen_q, seqlen_k, left, right), (lo, full_lo, full_hi, hi) in zip(cases, bounds.tolist()):
         visible = _visible_keys(0, seqlen_q, seqlen_q, seqlen_k, left, right)[:, n0:n0 + block_n]
         end = lo + triton.cdiv(max(hi - lo, 0), block_m) * block_m

@@ -55,8 +55,9 @@ FP8_FORWARD_TILE = tuning.Tile(128, 64, 4, 3)
 # window (causal) 64 x 64 with 4 warps ran 1.35x the 8-warp tile (4k causal). Backward (dK / dV:
 # BLOCK_M queries a step, BLOCK_N keys a program; dQ: BLOCK_M queries a program, BLOCK_N keys a step),
 # at 4k causal: hd 64 keeps the portable 64 x 64 tiles with 4 warps (1.13x the 8-warp 64 x 128 / 128 x
-# 64 pair first chosen by registers); hd 128 takes 32 x 128 with 8 warps for dK / dV (the 4-warp
-# 64 x 64 spilled 384 bytes offline) and 128 x 32 with 8 warps for dQ (1.31x the 64 x 64 8-warp one).
+# 64 pair first chosen by registers); hd 128 takes 128 x 32 with 8 warps for dQ (1.31x the 64 x 64
+# 8-warp one) and keeps 32 x 128 with 8 warps for dK / dV (with the 4-warp 64 x 64 for dK / dV as
+# well as for dQ the backward ran 1.12x, against 1.28x with that dQ tile alone).
 # One shape measured per choice; the tile variables of tuning.py select others.
 NVIDIA_16BIT_FORWARD_TILES = {  # (padded head dim, right window): tile
     (64, False): tuning.Tile(128, 64, 8, 3),
@@ -136,6 +137,7 @@ class _Problem:
         self.slopes = None if alibi_slopes is None else alibi_slopes.float().contiguous()
         # tl.dot's smallest reduction: 16, and 32 for 8-bit operands on NVIDIA GPUs
         self.block_d = max(32 if q.dtype == FP8_DTYPE else 16, triton.next_power_of_2(self.headdim))
+        self.pad_d = self.headdim != self.block_d  # the kernels' PAD_D: head-dim masks only then
         self.dtype = q.dtype
         self.dropout_p = float(dropout_p)
         self.rng_state = rng_state if rng_state is not None else torch.zeros(2, dtype=torch.int64, device=q.device)
@@ -180,7 +182,7 @@ class _Problem:
         clip_right = self.right >= 0 or self.varlen or self.seqlen_k % block_n_bound != 0
         return dict(BLOCK_D=self.block_d, VARLEN=self.varlen, HAS_SOFTCAP=self.softcap > 0,
                     HAS_ALIBI=self.slopes is not None, HAS_DROPOUT=self.dropout_p > 0,
-                    DOT_PRECISION=_dot_precision(self.dtype), PAD_D=self.headdim != self.block_d,
+                    DOT_PRECISION=_dot_precision(self.dtype), PAD_D=self.pad_d,
                     CLIP_LEFT=self.left >= 0, CLIP_RIGHT=clip_right)
 
 
@@ -265,7 +267,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.
         kernels.attention_backward_delta_kernel[(triton.cdiv(pr.seqlen_q, delta_rows), pr.heads, pr.batch)](
             out, dout, delta, pr.cu_q, *pr.strides(out), *pr.strides(dout), *pr.vector_strides(lse), pr.seqlen_q,
             pr.total_q, pr.headdim, BLOCK_M=delta_rows, BLOCK_D=pr.block_d, VARLEN=pr.varlen,
-            PAD_D=pr.headdim != pr.block_d)
+            PAD_D=pr.pad_d)
         slopes, slope_stride = pr.slope_args(q.device)
         common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(dout), *pr.vector_strides(lse),
                   slope_stride)
