@@ -57,23 +57,60 @@ __device__ __forceinline__ void wgmma_fence_operand(uint32_t (&a)[MT][KS][4]) {
       for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[m][k][r])::"memory");
 }
 
+// A 16-byte global store that only `store` lanes make, without a branch: st.global under a predicate.
+__device__ __forceinline__ void store_global_if(void* ptr, const uint32_t (&v)[4], bool store) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(ptr),
+      "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]), "r"(static_cast<int>(store))
+      : "memory");
+}
+
+// The 4 lanes of a quad (lane % 4 = q) hold v[j] = columns 8j + 2q, 8j + 2q + 1 of one row (4 of
+// the row's 8-column chunks, in the accumulator layout). Afterwards lane q holds chunk q whole:
+// v[i] = its columns 2i, 2i + 1, from lane i. Two exchanges: lanes q and q ^ 1 swap the chunks
+// of the other's parity, then lanes q and q ^ 2 the pairs of the other's half.
+__device__ __forceinline__ void quad_transpose(uint32_t (&v)[4], int q) {
+  const bool odd = q & 1, upper = q & 2;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const uint32_t got = shuffle_xor(odd ? v[2 * k] : v[2 * k + 1], 1);
+    v[2 * k] = odd ? got : v[2 * k];
+    v[2 * k + 1] = odd ? v[2 * k + 1] : got;
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t got = shuffle_xor(upper ? v[i] : v[2 + i], 2);
+    v[i] = upper ? got : v[i];
+    v[2 + i] = upper ? v[2 + i] : got;
+  }
+}
+
 // Writes a warp's fp32 accumulators (16 rows from row0 x 8*NT columns, as T) straight to global
-// rows of the same index, those below rows_valid and columns below cols_valid only: 4-byte stores,
-// each warp instruction 8 rows x 16 bytes. For kernels whose shared memory has no room to stage
-// the tile for whole-line stores.
+// rows of the same index, those below rows_valid and columns below cols_valid (a multiple of 8)
+// only. For kernels whose shared memory has no room to stage the tile for whole-line stores. The
+// quads first trade their pairs (quad_transpose) so that each lane stores whole 16-byte chunks:
+// each warp instruction 8 rows x 64 bytes. Each row's address is formed once and the stores are
+// predicated: with a branch around each 4-byte store, ptxas rebuilt the whole address inside
+// every branch and each store waited for the previous one to release its address registers (the
+// hd 256 forward's epilogue took ~25% of its warp-stall samples at 512 keys, H200,
+// benchmarks/NOTES.md v26).
 template <int NT, typename T>
 __device__ __forceinline__ void store_accumulator_rows(T* gmem, int64_t row_stride, int row0, const float (&c)[1][NT][4],
                                                        int lane, int rows_valid, int cols_valid) {
+  static_assert(NT % 4 == 0, "whole groups of four 8-column chunks");
+  const int q = lane % 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = row0 + acc_row(lane, 2 * half);
-    if (row >= rows_valid) continue;
-    T* out_row = gmem + row * row_stride;
+    const bool row_valid = row < rows_valid;
+    T* out = gmem + (row_valid ? row : 0) * row_stride + 8 * q;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int col = nt * 8 + acc_col(lane, 0);
-      if (col < cols_valid)
-        *reinterpret_cast<uint32_t*>(out_row + col) = pack_pair<T>(c[0][nt][2 * half], c[0][nt][2 * half + 1]);
+    for (int group = 0; group < NT / 4; ++group) {
+      uint32_t v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = pack_pair<T>(c[0][4 * group + j][2 * half], c[0][4 * group + j][2 * half + 1]);
+      quad_transpose(v, q);
+      store_global_if(out + 32 * group, v, row_valid && 32 * group + 8 * q < cols_valid);
     }
   }
 }
