@@ -149,7 +149,7 @@ cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, cons
   const char* strides = std::getenv("FLASH_ATTN_SM90_FWD_GROUP_STRIDES");
   const int group_pairs =
       heaviest_first_group_pairs<Cfg::kBlockM>(params, sms, strides != nullptr ? std::atoi(strides) : 0);
-  const QueryTileOrder order{!varlen && uneven ? group_pairs : 0};
+  const QueryTileOrder order = make_query_tile_order<Cfg::kBlockM>(params, !varlen && uneven ? group_pairs : 0);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(params, maps, order);
   return cudaGetLastError();
 }

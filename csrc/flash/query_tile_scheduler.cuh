@@ -26,6 +26,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "fast_divmod.h"
 #include "params.h"
 #include "sequence.cuh"
 
@@ -38,9 +39,15 @@ struct QueryTileCoord {
   __device__ __forceinline__ static QueryTileCoord end() { return QueryTileCoord{0, 0, -1}; }
 };
 
-// The order's one parameter, set by the launcher (heaviest_first_group_pairs).
+// The order, set by the launcher (make_query_tile_order), and the dense walk's divisors.
 struct QueryTileOrder {
-  int group_pairs;  // > 0: heaviest first in groups of this many (batch, head) pairs; 0: natural
+  int group_pairs;          // > 0: heaviest first in groups of this many (batch, head) pairs; 0: natural
+  int groups;               // ceil(pairs / group_pairs) where group_pairs > 0
+  FastDivmod m_blocks;      // query blocks per (batch, head) pair
+  FastDivmod heads;         // pair -> (batch, head)
+  FastDivmod group_tiles;   // group_pairs * m_blocks: tile -> (group, tile within it)
+  FastDivmod group_size;    // group_pairs: tile within a group -> (rank, pair within it)
+  FastDivmod last_group_size;  // the same for the last group, which may be smaller
 };
 
 // Maps a CTA's increasing tile indices to coordinates, in every thread on its own (no warp-wide
@@ -55,7 +62,7 @@ struct QueryTileWalk {
   int first_tile = 0;  // varlen: the linear index of that batch's first tile
 
   // `tile` at least every earlier call's.
-  __device__ __forceinline__ QueryTileCoord locate(const FwdParams& p, QueryTileOrder order, int tile) {
+  __device__ __forceinline__ QueryTileCoord locate(const FwdParams& p, const QueryTileOrder& order, int tile) {
     if (!kVarlenCompiled || p.varlen.cu_seqlens_q == nullptr) return locate_dense(p, order, tile);
     const int heads = p.shape.heads;
     for (; batch < p.shape.batch; ++batch) {
@@ -68,23 +75,26 @@ struct QueryTileWalk {
   }
 
  private:
-  __device__ __forceinline__ static QueryTileCoord locate_dense(const FwdParams& p, QueryTileOrder order, int tile) {
-    const int m_blocks = ceil_div(p.shape.seqlen_q, kBlockM), pairs = p.shape.batch * p.shape.heads;
+  __device__ __forceinline__ static QueryTileCoord locate_dense(const FwdParams& p, const QueryTileOrder& order, int tile) {
+    const int m_blocks = ceil_div(p.shape.seqlen_q, kBlockM), pairs = p.shape.batch * p.shape.heads;  // order.m_blocks where > 0
     if (tile >= m_blocks * pairs) return QueryTileCoord::end();
     int pair, m_block;
     if (order.group_pairs > 0) {
-      const int group_tiles = order.group_pairs * m_blocks, group = tile / group_tiles;
-      const int first_pair = group * order.group_pairs, in_group = tile - group * group_tiles;
-      const int group_size = min(order.group_pairs, pairs - first_pair);
-      const int groups = ceil_div(pairs, order.group_pairs), rank = in_group / group_size;  // rank 0: heaviest
-      const bool heaviest_first = (groups - 1 - group) % 2 == 0;  // the last group, then every other one
-      pair = first_pair + in_group % group_size;
+      int group, in_group, rank, in_rank;
+      order.group_tiles.divmod(tile, group, in_group);
+      const bool last = group == order.groups - 1;
+      (last ? order.last_group_size : order.group_size).divmod(in_group, rank, in_rank);  // rank 0: heaviest
+      const bool heaviest_first = ((order.groups - 1 - group) & 1) == 0;  // the last group, then every other one
+      pair = group * order.group_pairs + in_rank;
       m_block = heaviest_first ? m_blocks - 1 - rank : rank;
     } else {
-      pair = tile / m_blocks;
-      m_block = m_blocks - 1 - tile % m_blocks;
+      int reversed;
+      order.m_blocks.divmod(tile, pair, reversed);
+      m_block = m_blocks - 1 - reversed;
     }
-    return QueryTileCoord{m_block, pair % p.shape.heads, pair / p.shape.heads};
+    int batch, head;
+    order.heads.divmod(pair, batch, head);
+    return QueryTileCoord{m_block, head, batch};
   }
 };
 
@@ -109,6 +119,25 @@ inline int heaviest_first_group_pairs(const FwdParams& p, int ctas, int strides 
   const int64_t whole = strides > 0 ? strides : fit / stride_pairs > 1 ? fit / stride_pairs : 1;
   const int64_t group = stride_pairs * whole;
   return static_cast<int>(group > pairs ? pairs : group);
+}
+
+// The order's parameters for `params`: heaviest first in groups of `group_pairs` pairs where > 0
+// (dense batches with a causal mask or a window), else natural.
+template <int kBlockM>
+inline QueryTileOrder make_query_tile_order(const FwdParams& p, int group_pairs) {
+  const int pairs = p.shape.batch * p.shape.heads;
+  QueryTileOrder order{};
+  const int m_blocks = ceil_div(p.shape.seqlen_q, kBlockM);
+  order.m_blocks = FastDivmod(m_blocks > 0 ? m_blocks : 1);  // with no blocks, no tile reaches a division
+  order.heads = FastDivmod(p.shape.heads);
+  if (group_pairs > 0 && pairs > 0) {
+    order.group_pairs = group_pairs;
+    order.groups = ceil_div(pairs, group_pairs);
+    order.group_tiles = FastDivmod(group_pairs * static_cast<int>(order.m_blocks.divisor));
+    order.group_size = FastDivmod(group_pairs);
+    order.last_group_size = FastDivmod(pairs - (order.groups - 1) * group_pairs);
+  }
+  return order;
 }
 
 }  // namespace flash
