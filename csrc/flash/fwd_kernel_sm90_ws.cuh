@@ -75,8 +75,9 @@ struct FwdWsConfig {
   // loads) where it fits beside Q and the rings, from hd 96 up; otherwise O goes straight from the
   // accumulators to global memory (16-byte chunks, arch::store_accumulator_rows). hd 256 has no room
   // (Q and two slots of K and V take 192 of the 227 KiB with 64-key steps, 224 with 80). hd 64 has,
-  // but its direct stores measured 3-6% faster at 512-1k keys and within 1% from 2k; at hd 128 / 192
-  // they were 0-10% faster at 512-1k but 2-4% slower at 8k (H200, bf16, benchmarks/NOTES.md v26).
+  // but its direct stores measured 1-6% faster at 512-1k keys and within 2% from 2k; at hd 192 they
+  // were 4-11% faster at 512-1k causal, at hd 128 within 2% there, and both 2-4% slower at 8k
+  // (H200, bf16, benchmarks/NOTES.md v26).
   static constexpr bool kStageO =
       kHeadDim > 64 && kOOffset + OTile::kBytes + kBarriers * 8 <= arch::kMaxSmemBytesPerBlock;
   static constexpr int kBarrierOffset = kOOffset + (kStageO ? OTile::kBytes : 0);

@@ -25,6 +25,8 @@
 //     past a sequence's end (a grid over max_seqlen_q leaves most CTAs empty when lengths differ).
 #pragma once
 
+#include <algorithm>
+
 #include "common.cuh"
 #include "fast_divmod.h"
 #include "params.h"
@@ -76,7 +78,7 @@ struct QueryTileWalk {
 
  private:
   __device__ __forceinline__ static QueryTileCoord locate_dense(const FwdParams& p, const QueryTileOrder& order, int tile) {
-    const int m_blocks = ceil_div(p.shape.seqlen_q, kBlockM), pairs = p.shape.batch * p.shape.heads;  // order.m_blocks where > 0
+    const int m_blocks = ceil_div(p.shape.seqlen_q, kBlockM), pairs = p.shape.batch * p.shape.heads;
     if (tile >= m_blocks * pairs) return QueryTileCoord::end();
     int pair, m_block;
     if (order.group_pairs > 0) {
@@ -127,13 +129,13 @@ template <int kBlockM>
 inline QueryTileOrder make_query_tile_order(const FwdParams& p, int group_pairs) {
   const int pairs = p.shape.batch * p.shape.heads;
   QueryTileOrder order{};
-  const int m_blocks = ceil_div(p.shape.seqlen_q, kBlockM);
-  order.m_blocks = FastDivmod(m_blocks > 0 ? m_blocks : 1);  // with no blocks, no tile reaches a division
+  const int m_blocks = std::max(ceil_div(p.shape.seqlen_q, kBlockM), 1);  // with no blocks no tile divides
+  order.m_blocks = FastDivmod(m_blocks);
   order.heads = FastDivmod(p.shape.heads);
   if (group_pairs > 0 && pairs > 0) {
     order.group_pairs = group_pairs;
     order.groups = ceil_div(pairs, group_pairs);
-    order.group_tiles = FastDivmod(group_pairs * static_cast<int>(order.m_blocks.divisor));
+    order.group_tiles = FastDivmod(group_pairs * m_blocks);
     order.group_size = FastDivmod(group_pairs);
     order.last_group_size = FastDivmod(pairs - (order.groups - 1) * group_pairs);
   }
