@@ -70,6 +70,12 @@ struct FwdWsConfig {
   using OTile = arch::SwizzledTile<kBlockM, kHeadDim>;  // O staged in its 16-bit output type
   static_assert(VTile::kBytes == KVTile::kBytes, "K and V slots of one size");
   static constexpr int kBarriers = 2 + 4 * kStages;  // Q full / empty; K full / empty; V full / empty
+  // Whether each consumer walks only the key blocks its own rows see (ConsumerSteps): with three
+  // consumers (hd 64: 192-row tiles over 128-key blocks) the tile's first rows see up to a block
+  // less than its last under a causal mask. With two the bookkeeping cost more than it could save:
+  // at hd 256 ptxas spilled in the step loop (11 local loads per step), at hd 192 the loop grew
+  // by 6%.
+  static constexpr bool kConsumerKeyRanges = kConsumers > 2;
   static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, an OTile
   // The epilogue stages O in a shared tile of its own (whole-line stores, under the next tile's
   // loads) where it fits beside Q and the rings, from hd 96 up; otherwise O goes straight from the
@@ -205,9 +211,35 @@ __device__ __forceinline__ void write_output_rows(const FwdParams& p, const FwdW
   }
 }
 
-// One consumer warpgroup on one tile: 64 query rows of the block, the whole key walk, and their
-// output. group_tid: the thread's index within its warpgroup (0..127); ring and tile_parity as
-// for the producer.
+// The steps of a tile that one consumer warpgroup computes: [begin, end) of the tile's key_blocks()
+// steps (step i: key block n_end - 1 - i), those holding a key that one of its 64 rows sees. With
+// a causal mask the rows of a tile's upper consumers see fewer key blocks than its last rows (at
+// hd 64, 192-row tiles over 128-key blocks, a 512-key causal walk needs 20 of its 27 consumer
+// steps), and a consumer below the sequence's end (the last tile of a length that is no multiple of
+// the tile) sees none: begin == end == the tile's step count.
+struct ConsumerSteps {
+  int begin, end;
+
+  template <typename QueryBlock>
+  __device__ __forceinline__ static ConsumerSteps of(const QueryBlock& qb, int row0, int block_n) {
+    const int steps = qb.key_blocks(), rows = min(64, qb.rows_q - row0);
+    if (rows <= 0) return ConsumerSteps{steps, steps};
+    const int first_block = qb.mask.kv_begin(qb.m0 + row0) / block_n;
+    const int end_block = ceil_div(qb.mask.kv_end(qb.m0 + row0, rows), block_n);
+    if (end_block <= first_block) return ConsumerSteps{steps, steps};
+    return ConsumerSteps{qb.n_end - end_block, qb.n_end - first_block};
+  }
+};
+
+// One consumer warpgroup on one tile: 64 query rows of the block, its part of the key walk
+// (ConsumerSteps), and their output. Every consumer takes one MMA turn per step of the tile and one
+// more (key_blocks() + 1 in all, so that the turns stay paired) and releases every K and V slot of
+// the tile once; on a step it does not compute it takes the turn without issuing and releases the
+// slots once they are filled (a release counts toward the slot's current phase, and only the fill
+// proves that phase is this step's: every consumer's release of the slot's previous occupant came
+// before it). Its last P.V goes out in the turn after its last step, so that its V slot is free
+// for the steps below it that it skips. group_tid: the thread's index within its warpgroup
+// (0..127); ring and tile_parity as for the producer.
 template <typename T, typename Cfg, bool kScoreExtras, typename Maps, typename QueryBlock>
 __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps& maps, const FwdWsSmem<Cfg>& s,
                                                  const QueryBlock& qb, const WarpgroupTurns<Cfg::kConsumers>& turns,
@@ -223,29 +255,54 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
   const TileScales scales = tile_scales<T>(p, maps, qb.seq.batch, qb.head_k, dropout.keep_scale);
   const int group_row0 = turns.consumer * 64;
   const int warp_row0 = group_row0 + warp_in_group * 16;
+  const ConsumerSteps own =
+      Cfg::kConsumerKeyRanges ? ConsumerSteps::of(qb, group_row0, kBlockN) : ConsumerSteps{0, n_blocks};
+
+  auto wait_filled = [&](bool is_v, int i) {
+    const RingPosition<kStages> at(ring + i);
+    arch::mbarrier_wait_parity(is_v ? s.v_full(at.slot) : s.k_full(at.slot), at.parity);
+  };
+  // Step i's K slot back, and Q after the tile's last step.
+  auto release_k = [&](int i) {
+    if (!releases) return;
+    arch::mbarrier_arrive(s.k_empty(RingPosition<kStages>(ring + i).slot));
+    if (i == n_blocks - 1) arch::mbarrier_arrive(s.q_empty());
+  };
+  auto release_v = [&](int i) {
+    if (releases) arch::mbarrier_arrive(s.v_empty(RingPosition<kStages>(ring + i).slot));
+  };
+  // The bookkeeping of a step this warpgroup does not compute, after its turn.
+  auto release_unused = [&](int i) {
+    wait_filled(false, i);
+    release_k(i);
+    wait_filled(true, i);
+    release_v(i);
+  };
+  auto skip_step = [&](int i) {
+    turns.wait();
+    turns.pass();
+    release_unused(i);
+  };
 
   Sm90ForwardRows<T, Cfg, kScoreExtras> rows;
   rows.init();
   // At step i: retires P.V[i-2] and hands its V slot back, then converts P[i-1].
   auto retire_and_convert = [&](int i) {
     rows.retire();
-    if (releases && i >= 2) arch::mbarrier_arrive(s.v_empty(RingPosition<kStages>(ring + i - 2).slot));
+    if (i - 2 >= own.begin) release_v(i - 2);
     rows.convert(dropout);
   };
 
-  arch::mbarrier_wait_parity(s.q_full(), tile_parity);
-  // Step i handles key block n_last - i. Step 0 has no P.V: a separate instantiation (see
+  arch::mbarrier_wait_parity(s.q_full(), tile_parity);  // also before a skipped Q release (see above)
+  // Step i handles key block n_last - i. The first step has no P.V: a separate instantiation (see
   // fwd_kernel_sm90.cuh: a conditional issue makes ptxas serialize every wgmma).
   auto step = [&](auto is_first, int i) {
     constexpr bool kFirst = decltype(is_first)::value;
     const int n_block = n_last - i;
     const RingPosition<kStages> at(ring + i);
     if constexpr (!kFirst) retire_and_convert(i);
-    arch::mbarrier_wait_parity(s.k_full(at.slot), at.parity);
-    if constexpr (!kFirst) {
-      const RingPosition<kStages> previous(ring + i - 1);
-      arch::mbarrier_wait_parity(s.v_full(previous.slot), previous.parity);
-    }
+    wait_filled(false, i);
+    if constexpr (!kFirst) wait_filled(true, i - 1);
     turns.wait();
     issue_scores_sm90<T, Cfg>(rows.scores, s.q(), s.k(at.slot), group_row0);
     if constexpr (!kFirst)
@@ -256,23 +313,31 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
         rows.drop_tests = drop_tests_fwd<1, kBlockN / 8>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     }
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
-    if (releases) {
-      arch::mbarrier_arrive(s.k_empty(at.slot));
-      if (i == n_blocks - 1) arch::mbarrier_arrive(s.q_empty());  // the tile's last S: Q is free
-    }
+    release_k(i);
     rows.scores_to_probs(scales.logit_log2, mask, mod, m0, rows_q, warp_row0, n_block, lane);
   };
-  step(std::true_type{}, 0);
-  for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
-  retire_and_convert(n_blocks);
-  const RingPosition<kStages> last(ring + n_blocks - 1);
-  arch::mbarrier_wait_parity(s.v_full(last.slot), last.parity);
-  turns.wait();
-  issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(last.slot));
-  turns.pass();
-  arch::wgmma_wait<0>();
-  arch::wgmma_fence_operand(rows.acc[0]);
-  if (releases) arch::mbarrier_arrive(s.v_empty(last.slot));
+  for (int i = 0; i < own.begin; ++i) skip_step(i);
+  if (own.begin < own.end) {
+    step(std::true_type{}, own.begin);
+    for (int i = own.begin + 1; i < own.end; ++i) step(std::false_type{}, i);
+    retire_and_convert(own.end);
+    wait_filled(true, own.end - 1);
+    turns.wait();  // step own.end's turn, or the tile's extra one
+    issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(RingPosition<kStages>(ring + own.end - 1).slot));
+    turns.pass();
+    arch::wgmma_wait<0>();
+    arch::wgmma_fence_operand(rows.acc[0]);
+    release_v(own.end - 1);
+    if (own.end < n_blocks) release_unused(own.end);
+    for (int i = own.end + 1; i < n_blocks; ++i) skip_step(i);
+    if (own.end < n_blocks) {  // the tile's extra turn
+      turns.wait();
+      turns.pass();
+    }
+  } else {
+    turns.wait();  // the tile's extra turn
+    turns.pass();
+  }
   rows.finalize(scales.logit, scales.output, qb.lse(p), warp_row0, rows_q, lane);
   write_output_rows<FwdOutputOf<T>, Cfg>(p, s, qb, rows.acc, turns, group_tid);
 }
