@@ -239,7 +239,8 @@ struct ConsumerSteps {
 // proves that phase is this step's: every consumer's release of the slot's previous occupant came
 // before it). Its last P.V goes out in the turn after its last step, so that its V slot is free
 // for the steps below it that it skips. group_tid: the thread's index within its warpgroup
-// (0..127); ring and tile_parity as for the producer.
+// (0..127); ring and tile_parity as for the producer. benchmarks/experiments/ws_forward_protocol.py
+// models this protocol and checks it under random interleavings.
 template <typename T, typename Cfg, bool kScoreExtras, typename Maps, typename QueryBlock>
 __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps& maps, const FwdWsSmem<Cfg>& s,
                                                  const QueryBlock& qb, const WarpgroupTurns<Cfg::kConsumers>& turns,
@@ -293,7 +294,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
     rows.convert(dropout);
   };
 
-  arch::mbarrier_wait_parity(s.q_full(), tile_parity);  // also before a skipped Q release (see above)
+  arch::mbarrier_wait_parity(s.q_full(), tile_parity);
   // Step i handles key block n_last - i. The first step has no P.V: a separate instantiation (see
   // fwd_kernel_sm90.cuh: a conditional issue makes ptxas serialize every wgmma).
   auto step = [&](auto is_first, int i) {
