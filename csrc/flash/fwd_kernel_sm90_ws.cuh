@@ -256,8 +256,10 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
   const TileScales scales = tile_scales<T>(p, maps, qb.seq.batch, qb.head_k, dropout.keep_scale);
   const int group_row0 = turns.consumer * 64;
   const int warp_row0 = group_row0 + warp_in_group * 16;
-  const ConsumerSteps own =
-      Cfg::kConsumerKeyRanges ? ConsumerSteps::of(qb, group_row0, kBlockN) : ConsumerSteps{0, n_blocks};
+  // The score-extras kernel walks whole tiles: with ranges its hd 64 step loop grew 1200 -> 1455
+  // instructions and 10 -> 15 local loads (sm_90a, ptxas).
+  const ConsumerSteps own = Cfg::kConsumerKeyRanges && !kScoreExtras ? ConsumerSteps::of(qb, group_row0, kBlockN)
+                                                                      : ConsumerSteps{0, n_blocks};
 
   auto wait_filled = [&](bool is_v, int i) {
     const RingPosition<kStages> at(ring + i);
