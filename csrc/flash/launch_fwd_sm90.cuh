@@ -57,7 +57,10 @@ struct FwdSm90Tile<128> {
 //     316 vs 304 TFLOP/s at 512 (fwd_ab_persistent.md). Causal: since the heaviest-first groups
 //     alternate direction (balanced strides, NOTES.md v17), the warp-specialized kernel wins from
 //     2k keys (H100, 16k tokens, benchmarks/results/nvidia-h100_2026-11-24_v17/scheduler_ab.md:
-//     2k 336 vs 304 TFLOP/s) and the cp.async one at 512 (208 vs 166). Below 512 keys non-causal the cp.async kernel stays, unmeasured.
+//     2k 336 vs 304 TFLOP/s) and the cp.async one at 512 (208 vs 166). Since each consumer walks
+//     only the key blocks its rows see (ConsumerSteps, fwd_kernel_sm90_ws.cuh) the warp-specialized
+//     kernel wins causal from 512 too (H200: 512 156 vs 164 µs, 1k 235 vs 259; NOTES.md v27). Below
+//     512 keys the cp.async kernel stays, unmeasured.
 //     `preferred` says where the warp-specialized kernel runs by default; `extras_type` is the
 //     configuration of the score-extras kernel (features.h) where it differs from `type`.
 template <int kHeadDim>
@@ -69,7 +72,7 @@ struct FwdWsTile<64> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<64, 128, 3, 2>;
   using extras_type = type;
-  static bool preferred(const FwdParams& p) { return p.shape.seqlen_k >= (p.causal ? 2048 : 512); }
+  static bool preferred(const FwdParams& p) { return p.shape.seqlen_k >= 512; }
 };
 template <>
 struct FwdWsTile<128> {
