@@ -164,13 +164,11 @@ struct Sm90ForwardRows {
   }
 
   // S of key block n_block for the warp's rows from m0 + row0 become probabilities: score
-  // modifiers, mask, online softmax with the logits scaled by scale_log2 (base 2).
+  // modifiers, the mask where needs_mask (walk_steps says which steps need it), online softmax with
+  // the logits scaled by scale_log2 (base 2).
   __device__ __forceinline__ void scores_to_probs(float scale_log2, const AttentionMask& mask, const ScoreMod& mod,
-                                                  int m0, int rows_q, int row0, int n_block, int lane) {
-    const int n0 = n_block * Cfg::kBlockN;
-    scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod,
-                                             !mask.block_fully_visible(m0, rows_q, n0, Cfg::kBlockN), m0 + row0, n0,
-                                             lane);
+                                                  bool needs_mask, int m0, int row0, int n_block, int lane) {
+    scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod, needs_mask, m0 + row0, n_block * Cfg::kBlockN, lane);
     softmax.update_probs(scores, scale_log2, rescale);
     arch::wgmma_fence_operand(scores[0]);
   }
@@ -191,6 +189,52 @@ struct Sm90ForwardRows {
     }
   }
 };
+
+// How a step treats the mask: not at all, always, or after a runtime test of its block.
+enum class StepMask { kNone, kApply, kTest };
+template <StepMask kMask>
+using StepMaskTag = std::integral_constant<StepMask, kMask>;
+
+// Runs a warpgroup's steps [begin, end) of a tile, step(is_first, StepMaskTag, i): the first as
+// the step without a P.V before it. kSplit: each step takes the mask only outside `unmasked` (the
+// steps whose key blocks the warpgroup's rows see whole: FwdQueryBlock::unmasked_steps). Masked
+// steps come first (the causal diagonal) and last (a window's left edge), so three loops keep the
+// mask's code out of the middle one, which most steps run. With one loop and a runtime test the
+// mask loop sat in every step's code, and growing it by 172 instructions (hd 128) made the
+// non-causal forward 3-7% slower with no more instructions executed (H200, NOTES.md v27). The
+// flags are uniform over the warpgroup: its four warps must issue the same wgmma instructions.
+// Without kSplit (the score-extras kernels, where the extra step instantiations made ptxas spill
+// and serialize the wgmmas) every step tests its block.
+template <bool kSplit, typename Step>
+__device__ __forceinline__ void walk_steps(int begin, int end, IndexRange unmasked, Step&& step) {
+  if (begin >= end) return;
+  if constexpr (!kSplit) {
+    step(std::true_type{}, StepMaskTag<StepMask::kTest>{}, begin);
+    for (int i = begin + 1; i < end; ++i) step(std::false_type{}, StepMaskTag<StepMask::kTest>{}, i);
+  } else {
+    if (unmasked.contains(begin))
+      step(std::true_type{}, StepMaskTag<StepMask::kNone>{}, begin);
+    else
+      step(std::true_type{}, StepMaskTag<StepMask::kApply>{}, begin);
+    const int plain_begin = max(begin + 1, min(unmasked.first, end));
+    const int plain_end = max(plain_begin, min(unmasked.end, end));
+    int i = begin + 1;
+    for (; i < plain_begin; ++i) step(std::false_type{}, StepMaskTag<StepMask::kApply>{}, i);
+    for (; i < plain_end; ++i) step(std::false_type{}, StepMaskTag<StepMask::kNone>{}, i);
+    for (; i < end; ++i) step(std::false_type{}, StepMaskTag<StepMask::kApply>{}, i);
+  }
+}
+
+// Whether step i (key block [n0, n0 + block_n)) of a walk with these unmasked steps takes the mask;
+// kTest asks whether the block cuts any row of the tile, rows [m0, m0 + rows_q) (in the
+// score-extras kernels a test against `unmasked` kept two more registers live in the step loop:
+// 3 local loads a step at hd 256).
+template <StepMask kMask>
+__device__ __forceinline__ bool step_needs_mask(StepMaskTag<kMask>, IndexRange unmasked, int i,
+                                                const AttentionMask& mask, int m0, int rows_q, int n0, int block_n) {
+  if constexpr (kMask == StepMask::kTest) return !mask.block_fully_visible(m0, rows_q, n0, block_n);
+  return kMask == StepMask::kApply;
+}
 
 // kScoreExtras: compiled with dropout, softcap and ALiBi (features.h says why this is a template).
 template <typename T, typename Cfg, bool kScoreExtras>
@@ -229,7 +273,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   // Step 0 has no P.V to issue. It is a separate instantiation rather than a branch: with the P.V
   // issue conditional, ptxas cannot tell which wgmma group `wait<1>` leaves pending and
   // serializes every wgmma of the kernel (warning C7514).
-  auto step = [&](auto is_first, int i) {
+  const IndexRange unmasked = qb.unmasked_steps(group_row0, min(64, rows_q - group_row0));
+  auto step = [&](auto is_first, auto mask_kind, int i) {
     constexpr bool kFirst = decltype(is_first)::value;
     const int n_block = n_last - i;
     if constexpr (!kFirst) {
@@ -255,10 +300,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
         rows.drop_tests = drop_tests_fwd<1, kBlockN / 8>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     }
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
-    rows.scores_to_probs(p.logit_scale_log2, mask, mod, m0, rows_q, warp_row0, n_block, lane);
+    const bool needs_mask = step_needs_mask(mask_kind, unmasked, i, mask, m0, rows_q, n_block * kBlockN, kBlockN);
+    rows.scores_to_probs(p.logit_scale_log2, mask, mod, needs_mask, m0, warp_row0, n_block, lane);
   };
-  step(std::true_type{}, 0);
-  for (int i = 1; i < n_blocks; ++i) step(std::false_type{}, i);
+  walk_steps<!kScoreExtras>(0, n_blocks, unmasked, step);
   rows.retire();
   rows.convert(dropout);
   arch::cp_async_wait<0>();

@@ -299,7 +299,8 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
   arch::mbarrier_wait_parity(s.q_full(), tile_parity);
   // Step i handles key block n_last - i. The first step has no P.V: a separate instantiation (see
   // fwd_kernel_sm90.cuh: a conditional issue makes ptxas serialize every wgmma).
-  auto step = [&](auto is_first, int i) {
+  const IndexRange unmasked = qb.unmasked_steps(group_row0, min(64, rows_q - group_row0));
+  auto step = [&](auto is_first, auto mask_kind, int i) {
     constexpr bool kFirst = decltype(is_first)::value;
     const int n_block = n_last - i;
     const RingPosition<kStages> at(ring + i);
@@ -317,12 +318,12 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
     }
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
     release_k(i);
-    rows.scores_to_probs(scales.logit_log2, mask, mod, m0, rows_q, warp_row0, n_block, lane);
+    const bool needs_mask = step_needs_mask(mask_kind, unmasked, i, mask, m0, rows_q, n_block * kBlockN, kBlockN);
+    rows.scores_to_probs(scales.logit_log2, mask, mod, needs_mask, m0, warp_row0, n_block, lane);
   };
   for (int i = 0; i < own.begin; ++i) skip_step(i);
   if (own.begin < own.end) {
-    step(std::true_type{}, own.begin);
-    for (int i = own.begin + 1; i < own.end; ++i) step(std::false_type{}, i);
+    walk_steps<!kScoreExtras>(own.begin, own.end, unmasked, step);
     retire_and_convert(own.end);
     wait_filled(true, own.end - 1);
     turns.wait();  // step own.end's turn, or the tile's extra one

@@ -53,6 +53,16 @@ struct FwdQueryBlock {
 
   __device__ __forceinline__ int key_blocks() const { return max(0, n_end - n_begin); }
 
+  // The steps (step i: key block n_end - 1 - i) whose key blocks every query of rows [row0, row0 +
+  // rows) of the block sees whole, so that they need no mask; rows <= 0 (rows past the sequence,
+  // whose results are never written): every step.
+  __device__ __forceinline__ IndexRange unmasked_steps(int row0, int rows) const {
+    if (rows <= 0) return IndexRange{0, key_blocks()};
+    const IndexRange keys = mask.keys_seen_by_all(m0 + row0, rows);
+    const int first_block = ceil_div(keys.first, kBlockN), end_block = max(0, keys.end) / kBlockN;
+    return IndexRange{n_end - end_block, n_end - first_block};
+  }
+
   // The modifiers of a kernel compiled with kScoreExtras; none, at compile time, in the plain kernels.
   template <bool kScoreExtras>
   __device__ __forceinline__ ScoreMod score_mod(const FwdParams& p) const {

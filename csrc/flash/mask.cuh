@@ -61,6 +61,15 @@ struct AttentionMask {
     return right < 0 ? seqlen_k : max(0, min(seqlen_k, m0 + rows - 1 + diagonal_offset() + right + 1));
   }
 
+  // Keys [first, end) that every query of [m0, m0 + rows) sees (rows >= 1, m0 + rows <=
+  // seqlen_q): a key block inside it needs no mask for those rows (block_fully_visible); empty when
+  // first >= end.
+  __device__ __forceinline__ IndexRange keys_seen_by_all(int m0, int rows) const {
+    const int first_diagonal = m0 + diagonal_offset(), last_diagonal = m0 + rows - 1 + diagonal_offset();
+    return IndexRange{left < 0 ? 0 : max(0, last_diagonal - left),
+                      right < 0 ? seqlen_k : min(seqlen_k, first_diagonal + right + 1)};
+  }
+
   // Queries [query_begin, query_end) hold every query that sees one of keys [n0, n0 + cols)
   // (cols >= 1, n0 + cols <= seqlen_k).
   __device__ __forceinline__ int query_begin(int n0) const {
