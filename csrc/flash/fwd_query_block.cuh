@@ -58,9 +58,8 @@ struct FwdQueryBlock {
   // whose results are never written): every step.
   __device__ __forceinline__ IndexRange unmasked_steps(int row0, int rows) const {
     if (rows <= 0) return IndexRange{0, key_blocks()};
-    const IndexRange keys = mask.keys_seen_by_all(m0 + row0, rows);
-    const int first_block = ceil_div(keys.first, kBlockN), end_block = max(0, keys.end) / kBlockN;
-    return IndexRange{n_end - end_block, n_end - first_block};
+    const IndexRange blocks = mask.key_blocks_seen_whole_by(m0 + row0, rows, kBlockN);
+    return IndexRange{n_end - blocks.end, n_end - blocks.first};
   }
 
   // The modifiers of a kernel compiled with kScoreExtras; none, at compile time, in the plain kernels.

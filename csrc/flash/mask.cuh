@@ -69,6 +69,12 @@ struct AttentionMask {
     return IndexRange{left < 0 ? 0 : max(0, last_diagonal - left),
                       right < 0 ? seqlen_k : min(seqlen_k, first_diagonal + right + 1)};
   }
+  // The key blocks of block_n keys [first, end) inside keys_seen_by_all: those no query of the rows
+  // needs masked (block_fully_visible(m0, rows, n * block_n, block_n) exactly for n in the range).
+  __device__ __forceinline__ IndexRange key_blocks_seen_whole_by(int m0, int rows, int block_n) const {
+    const IndexRange keys = keys_seen_by_all(m0, rows);
+    return IndexRange{(keys.first + block_n - 1) / block_n, max(0, keys.end) / block_n};
+  }
 
   // Queries [query_begin, query_end) hold every query that sees one of keys [n0, n0 + cols)
   // (cols >= 1, n0 + cols <= seqlen_k).

@@ -1,4 +1,4 @@
-// Host check of csrc/flash/fast_divmod.h (built by tests/test_fast_divmod.py with g++): the header's
+// Host check of csrc/flash/fast_divmod.h (built by tests/test_host_headers.py with g++): the header's
 // own code, its CUDA qualifiers defined away and __umulhi given its CUDA meaning (the high 32 bits
 // of the 64-bit product), against / and % over divisors up to 2^31 - 1 and dividends up to 2^31 - 1.
 #include <cstdint>
