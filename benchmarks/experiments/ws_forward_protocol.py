@@ -8,7 +8,7 @@ hardware counts them. It checks, over many random schedules and walks:
   - every MMA reads the block it means (the slot holds that tile's block at issue);
   - every barrier phase gets its arrivals from distinct warpgroups (a warpgroup that arrived twice
     in one phase would complete it for a warpgroup still reading).
-Consumers compute the steps [begin, end) of each tile that ConsumerSteps gives them (drawn at
+Consumers compute the steps [begin, end) of each tile that FwdQueryBlock::steps_seen_by gives them (drawn at
 random here: top skips as under a causal mask, bottom skips as under a window's left edge, none)
 and take the turns and releases of the others. The model follows the kernel's order of
 operations line by line; a change to that order should be made here too.

@@ -225,13 +225,13 @@ __device__ __forceinline__ void walk_steps(int begin, int end, IndexRange unmask
   }
 }
 
-// Whether step i (key block [n0, n0 + block_n)) of a walk with these unmasked steps takes the mask;
-// kTest asks whether the block cuts any row of the tile, rows [m0, m0 + rows_q) (in the
-// score-extras kernels a test against `unmasked` kept two more registers live in the step loop:
-// 3 local loads a step at hd 256).
+// Whether a step of this kind on key block [n0, n0 + block_n) takes the mask; kTest asks whether the
+// block cuts any row of the tile, rows [m0, m0 + rows_q) (in the score-extras kernels a test
+// against walk_steps' `unmasked` kept two more registers live in the step loop: 3 local loads a
+// step at hd 256).
 template <StepMask kMask>
-__device__ __forceinline__ bool step_needs_mask(StepMaskTag<kMask>, IndexRange unmasked, int i,
-                                                const AttentionMask& mask, int m0, int rows_q, int n0, int block_n) {
+__device__ __forceinline__ bool step_needs_mask(StepMaskTag<kMask>, const AttentionMask& mask, int m0, int rows_q,
+                                                int n0, int block_n) {
   if constexpr (kMask == StepMask::kTest) return !mask.block_fully_visible(m0, rows_q, n0, block_n);
   return kMask == StepMask::kApply;
 }
@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
         rows.drop_tests = drop_tests_fwd<1, kBlockN / 8>(dropout, m0 + warp_row0, n_block * kBlockN, lane);
     }
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
-    const bool needs_mask = step_needs_mask(mask_kind, unmasked, i, mask, m0, rows_q, n_block * kBlockN, kBlockN);
+    const bool needs_mask = step_needs_mask(mask_kind, mask, m0, rows_q, n_block * kBlockN, kBlockN);
     rows.scores_to_probs(p.logit_scale_log2, mask, mod, needs_mask, m0, warp_row0, n_block, lane);
   };
   walk_steps<!kScoreExtras>(0, n_blocks, unmasked, step);

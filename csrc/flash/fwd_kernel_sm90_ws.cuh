@@ -70,7 +70,7 @@ struct FwdWsConfig {
   using OTile = arch::SwizzledTile<kBlockM, kHeadDim>;  // O staged in its 16-bit output type
   static_assert(VTile::kBytes == KVTile::kBytes, "K and V slots of one size");
   static constexpr int kBarriers = 2 + 4 * kStages;  // Q full / empty; K full / empty; V full / empty
-  // Whether each consumer walks only the key blocks its own rows see (ConsumerSteps): with three
+  // Whether each consumer walks only the key blocks its own rows see (steps_seen_by): with three
   // consumers (hd 64: 192-row tiles over 128-key blocks) the tile's first rows see up to a block
   // less than its last under a causal mask. With two the bookkeeping cost more than it could save:
   // at hd 256 ptxas spilled in the step loop (11 local loads per step), at hd 192 the loop grew
@@ -211,28 +211,10 @@ __device__ __forceinline__ void write_output_rows(const FwdParams& p, const FwdW
   }
 }
 
-// The steps of a tile that one consumer warpgroup computes: [begin, end) of the tile's key_blocks()
-// steps (step i: key block n_end - 1 - i), those holding a key that one of its 64 rows sees. With
-// a causal mask the rows of a tile's upper consumers see fewer key blocks than its last rows (at
-// hd 64, 192-row tiles over 128-key blocks, a 512-key causal walk needs 20 of its 27 consumer
-// steps), and a consumer below the sequence's end (the last tile of a length that is no multiple of
-// the tile) sees none: begin == end == the tile's step count.
-struct ConsumerSteps {
-  int begin, end;
-
-  template <typename QueryBlock>
-  __device__ __forceinline__ static ConsumerSteps of(const QueryBlock& qb, int row0, int block_n) {
-    const int steps = qb.key_blocks(), rows = min(64, qb.rows_q - row0);
-    if (rows <= 0) return ConsumerSteps{steps, steps};
-    const int first_block = qb.mask.kv_begin(qb.m0 + row0) / block_n;
-    const int end_block = ceil_div(qb.mask.kv_end(qb.m0 + row0, rows), block_n);
-    if (end_block <= first_block) return ConsumerSteps{steps, steps};
-    return ConsumerSteps{qb.n_end - end_block, qb.n_end - first_block};
-  }
-};
-
-// One consumer warpgroup on one tile: 64 query rows of the block, its part of the key walk
-// (ConsumerSteps), and their output. Every consumer takes one MMA turn per step of the tile and one
+// One consumer warpgroup on one tile: 64 query rows of the block, its part of the key walk (the
+// steps its rows see, FwdQueryBlock::steps_seen_by, where Cfg::kConsumerKeyRanges; at hd 64, 192-row
+// tiles over 128-key blocks, a 512-key causal walk needs 20 of its 27 consumer steps), and their
+// output. Every consumer takes one MMA turn per step of the tile and one
 // more (key_blocks() + 1 in all, so that the turns stay paired) and releases every K and V slot of
 // the tile once; on a step it does not compute it takes the turn without issuing and releases the
 // slots once they are filled (a release counts toward the slot's current phase, and only the fill
@@ -258,8 +240,9 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
   const int warp_row0 = group_row0 + warp_in_group * 16;
   // The score-extras kernel walks whole tiles: with ranges its hd 64 step loop grew 1200 -> 1455
   // instructions and 10 -> 15 local loads (sm_90a, ptxas).
-  const ConsumerSteps own = Cfg::kConsumerKeyRanges && !kScoreExtras ? ConsumerSteps::of(qb, group_row0, kBlockN)
-                                                                      : ConsumerSteps{0, n_blocks};
+  const int group_rows = min(64, rows_q - group_row0);
+  const IndexRange own =
+      Cfg::kConsumerKeyRanges && !kScoreExtras ? qb.steps_seen_by(group_row0, group_rows) : IndexRange{0, n_blocks};
 
   auto wait_filled = [&](bool is_v, int i) {
     const RingPosition<kStages> at(ring + i);
@@ -292,14 +275,14 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
   // At step i: retires P.V[i-2] and hands its V slot back, then converts P[i-1].
   auto retire_and_convert = [&](int i) {
     rows.retire();
-    if (i - 2 >= own.begin) release_v(i - 2);
+    if (i - 2 >= own.first) release_v(i - 2);
     rows.convert(dropout);
   };
 
   arch::mbarrier_wait_parity(s.q_full(), tile_parity);
   // Step i handles key block n_last - i. The first step has no P.V: a separate instantiation (see
   // fwd_kernel_sm90.cuh: a conditional issue makes ptxas serialize every wgmma).
-  const IndexRange unmasked = qb.unmasked_steps(group_row0, min(64, rows_q - group_row0));
+  const IndexRange unmasked = qb.unmasked_steps(group_row0, group_rows);
   auto step = [&](auto is_first, auto mask_kind, int i) {
     constexpr bool kFirst = decltype(is_first)::value;
     const int n_block = n_last - i;
@@ -318,12 +301,12 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
     }
     rows.template wait_scores<kFirst ? 0 : 1>();  // P.V[i-1] may still run, under the softmax
     release_k(i);
-    const bool needs_mask = step_needs_mask(mask_kind, unmasked, i, mask, m0, rows_q, n_block * kBlockN, kBlockN);
+    const bool needs_mask = step_needs_mask(mask_kind, mask, m0, rows_q, n_block * kBlockN, kBlockN);
     rows.scores_to_probs(scales.logit_log2, mask, mod, needs_mask, m0, warp_row0, n_block, lane);
   };
-  for (int i = 0; i < own.begin; ++i) skip_step(i);
-  if (own.begin < own.end) {
-    walk_steps<!kScoreExtras>(own.begin, own.end, unmasked, step);
+  for (int i = 0; i < own.first; ++i) skip_step(i);
+  if (own.first < own.end) {
+    walk_steps<!kScoreExtras>(own.first, own.end, unmasked, step);
     retire_and_convert(own.end);
     wait_filled(true, own.end - 1);
     turns.wait();  // step own.end's turn, or the tile's extra one

@@ -53,6 +53,19 @@ struct FwdQueryBlock {
 
   __device__ __forceinline__ int key_blocks() const { return max(0, n_end - n_begin); }
 
+  // The steps (step i: key block n_end - 1 - i) whose key blocks hold a key that one of rows
+  // [row0, row0 + rows) of the block sees; none (first == end == key_blocks()) when they lie past
+  // the sequence's end or see no key. Under a causal mask a block's first rows see fewer key blocks
+  // than its last.
+  __device__ __forceinline__ IndexRange steps_seen_by(int row0, int rows) const {
+    const int steps = key_blocks();
+    if (rows <= 0) return IndexRange{steps, steps};
+    const int first_block = mask.kv_begin(m0 + row0) / kBlockN;
+    const int end_block = ceil_div(mask.kv_end(m0 + row0, rows), kBlockN);
+    if (end_block <= first_block) return IndexRange{steps, steps};
+    return IndexRange{n_end - end_block, n_end - first_block};
+  }
+
   // The steps (step i: key block n_end - 1 - i) whose key blocks every query of rows [row0, row0 +
   // rows) of the block sees whole, so that they need no mask; rows <= 0 (rows past the sequence,
   // whose results are never written): every step.

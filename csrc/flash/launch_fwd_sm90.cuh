@@ -58,7 +58,7 @@ struct FwdSm90Tile<128> {
 //     alternate direction (balanced strides, NOTES.md v17), the warp-specialized kernel wins from
 //     2k keys (H100, 16k tokens, benchmarks/results/nvidia-h100_2026-11-24_v17/scheduler_ab.md:
 //     2k 336 vs 304 TFLOP/s) and the cp.async one at 512 (208 vs 166). Since each consumer walks
-//     only the key blocks its rows see (ConsumerSteps, fwd_kernel_sm90_ws.cuh) the warp-specialized
+//     only the key blocks its rows see (FwdQueryBlock::steps_seen_by) the warp-specialized
 //     kernel wins causal from 512 too (H200: 512 156 vs 164 µs, 1k 235 vs 259; NOTES.md v27). Below
 //     512 keys the cp.async kernel stays, unmeasured.
 //     `preferred` says where the warp-specialized kernel runs by default; `extras_type` is the
