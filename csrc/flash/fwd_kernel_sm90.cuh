@@ -201,7 +201,7 @@ using StepMaskTag = std::integral_constant<StepMask, kMask>;
 // steps come first (the causal diagonal) and last (a window's left edge), so three loops keep the
 // mask's code out of the middle one, which most steps run. With one loop and a runtime test the
 // mask loop sat in every step's code, and growing it by 172 instructions (hd 128) made the
-// non-causal forward 3-7% slower with no more instructions executed (H200, NOTES.md v27). The
+// non-causal forward 3-7% slower, though a non-causal step skips that loop (H200, NOTES.md v27). The
 // flags are uniform over the warpgroup: its four warps must issue the same wgmma instructions.
 // Without kSplit (the score-extras kernels, where the extra step instantiations made ptxas spill
 // and serialize the wgmmas) every step tests its block.

@@ -225,6 +225,17 @@ def _full_query_blocks(n0, lo, hi, seqlen_q, seqlen_k, left, right, BLOCK_M: tl.
 
 
 @triton.jit
+def _walk_part(part: tl.constexpr, lo, full_lo, full_hi, hi):
+    """Bounds [start, stop) of part `part` of a walk split by _full_key_blocks / _full_query_blocks:
+    0 the masked blocks before the whole ones, 1 the blocks seen whole (no mask), 2 the masked
+    blocks after. The kernels run the parts in a tl.static_range, so each is its own loop,
+    compiled only where its flag says it can run."""
+    start = lo if part == 0 else (full_lo if part == 1 else full_hi)
+    stop = full_lo if part == 0 else (full_hi if part == 1 else hi)
+    return start, stop
+
+
+@triton.jit
 def _row_block(batch, first, rows, length, head, dims, headdim, stride_b, stride_s, stride_h, PAD_D: tl.constexpr):
     """Offsets and mask of a (len(rows), BLOCK_D) block: rows `rows` of sequence `batch` (whose
     first row is `first`, `length` long) in head `head` of a q/k/v-like tensor. PAD_D: the head dim
@@ -394,20 +405,13 @@ def attention_forward_kernel(
         lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
         full_lo, full_hi = _full_key_blocks(m0, lo, hi, len_q, len_k, left, right, BLOCK_M, BLOCK_N)
         scale_log2 = score_scale * LOG2E
-        if CLIP_LEFT:
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, lo, full_lo, rows, dims, headdim, len_q, len_k,
-                                    stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope, left,
-                                    right, Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI,
-                                    HAS_DROPOUT, DOT_PRECISION, INTERPRETER_ROUNDING, True, PAD_D)
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, full_lo, full_hi, rows, dims, headdim, len_q, len_k,
-                                stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope, left, right,
-                                Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-                                DOT_PRECISION, INTERPRETER_ROUNDING, False, PAD_D)
-        if CLIP_RIGHT:
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, full_hi, hi, rows, dims, headdim, len_q, len_k,
-                                    stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope, left,
-                                    right, Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI,
-                                    HAS_DROPOUT, DOT_PRECISION, INTERPRETER_ROUNDING, True, PAD_D)
+        for part in tl.static_range(3):
+            if part == 1 or (part == 0 and CLIP_LEFT) or (part == 2 and CLIP_RIGHT):
+                start, stop = _walk_part(part, lo, full_lo, full_hi, hi)
+                acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, len_q,
+                                        len_k, stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope,
+                                        left, right, Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP,
+                                        HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION, INTERPRETER_ROUNDING, part != 1, PAD_D)
         out, lse = _normalized_rows(acc, m_i, l_i, out_scale)
         out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
                                            stride_oh, PAD_D)
@@ -522,23 +526,14 @@ def attention_backward_dkdv_kernel(
         dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
         lo, hi = _query_range(n0, BLOCK_N, len_q, len_k, left, right, BLOCK_M)
         full_lo, full_hi = _full_query_blocks(n0, lo, hi, len_q, len_k, left, right, BLOCK_M, BLOCK_N)
-        if CLIP_RIGHT:
-            dk, dv = _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, lo, full_lo, cols, dims, headdim, batch, head, heads,
-                                q_first, len_q, len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os, stride_oh,
-                                stride_lb, stride_lh, scale, scale_log2, softcap, slope, left, right, Rng,
-                                keep_threshold, keep_scale, BLOCK_M, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-                                DOT_PRECISION, True, PAD_D)
-        dk, dv = _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, full_lo, full_hi, cols, dims, headdim, batch, head,
-                            heads, q_first, len_q, len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os,
-                            stride_oh, stride_lb, stride_lh, scale, scale_log2, softcap, slope, left, right, Rng,
-                            keep_threshold, keep_scale, BLOCK_M, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION,
-                            False, PAD_D)
-        if CLIP_LEFT:
-            dk, dv = _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, full_hi, hi, cols, dims, headdim, batch, head, heads,
-                                q_first, len_q, len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os, stride_oh,
-                                stride_lb, stride_lh, scale, scale_log2, softcap, slope, left, right, Rng,
-                                keep_threshold, keep_scale, BLOCK_M, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-                                DOT_PRECISION, True, PAD_D)
+        for part in tl.static_range(3):  # queries ascend: the causal diagonal comes first
+            if part == 1 or (part == 0 and CLIP_RIGHT) or (part == 2 and CLIP_LEFT):
+                start, stop = _walk_part(part, lo, full_lo, full_hi, hi)
+                dk, dv = _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, start, stop, cols, dims, headdim, batch, head,
+                                    heads, q_first, len_q, len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os,
+                                    stride_oh, stride_lb, stride_lh, scale, scale_log2, softcap, slope, left, right,
+                                    Rng, keep_threshold, keep_scale, BLOCK_M, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                                    DOT_PRECISION, part != 1, PAD_D)
         g_offsets, g_mask = _row_block(batch, k_first, cols, len_k, head, dims, headdim, stride_gb, stride_gs,
                                        stride_gh, PAD_D)
         tl.store(DK + g_offsets, (dk * scale).to(DK.dtype.element_ty), mask=g_mask)
@@ -601,18 +596,11 @@ def attention_backward_dq_kernel(
         dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
         lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
         full_lo, full_hi = _full_key_blocks(m0, lo, hi, len_q, len_k, left, right, BLOCK_M, BLOCK_N)
-        if CLIP_LEFT:
-            dq = _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, lo, full_lo, rows, dims, headdim, batch, head,
-                          heads, len_q, len_k, stride_ks, stride_vs, scale, scale_log2, softcap, slope, left, right,
-                          Rng, keep_threshold, keep_scale, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-                          DOT_PRECISION, True, PAD_D)
-        dq = _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, full_lo, full_hi, rows, dims, headdim, batch, head,
-                      heads, len_q, len_k, stride_ks, stride_vs, scale, scale_log2, softcap, slope, left, right, Rng,
-                      keep_threshold, keep_scale, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION, False,
-                      PAD_D)
-        if CLIP_RIGHT:
-            dq = _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, full_hi, hi, rows, dims, headdim, batch, head,
-                          heads, len_q, len_k, stride_ks, stride_vs, scale, scale_log2, softcap, slope, left, right,
-                          Rng, keep_threshold, keep_scale, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-                          DOT_PRECISION, True, PAD_D)
+        for part in tl.static_range(3):
+            if part == 1 or (part == 0 and CLIP_LEFT) or (part == 2 and CLIP_RIGHT):
+                start, stop = _walk_part(part, lo, full_lo, full_hi, hi)
+                dq = _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, start, stop, rows, dims, headdim, batch,
+                              head, heads, len_q, len_k, stride_ks, stride_vs, scale, scale_log2, softcap, slope, left,
+                              right, Rng, keep_threshold, keep_scale, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                              DOT_PRECISION, part != 1, PAD_D)
         tl.store(DQ + q_offsets, (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
