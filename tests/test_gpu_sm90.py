@@ -3,8 +3,8 @@ sm80 kernels that A100-class GPUs run for the same head dims, forced on Hopper w
 FLASH_ATTN_DISABLE_SM90=1, and the two Hopper forwards and backwards forced with FLASH_ATTN_SM90_FWD
 and FLASH_ATTN_SM90_BWD (ws: the warp-specialized TMA kernels; cpasync: the ones that run on short
 hd-64 walks and where no tensor map can be built). The sm90 kernels themselves are checked against the reference by
-test_gpu_attention.py, which on an H100/H200 runs them for every head dim they serve (64 and 128,
-the forward also at 96, 192 and 256, and those padded to them).
+test_gpu_attention.py, which on an H100/H200 runs them for every head dim they serve (32 to 256,
+hd 32 and 96 on the hd 64 and 128 kernels, and those padded to them).
 """
 
 import pytest
@@ -96,15 +96,25 @@ def test_hopper_large_head_dims_run_the_warp_specialized_forward(monkeypatch, he
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
-@pytest.mark.parametrize("headdim,wide", [(96, 128)])
-def test_narrow_head_dims_run_the_wider_warp_specialized_forward(monkeypatch, headdim, wide):
-    """hd 96 runs the warp-specialized forward of hd 128 (launch_fwd_sm90.cuh: TMA zero-fills the
-    columns past the head dim); the reference checks of PERSISTENT_CASES and test_gpu_attention.py
-    run it."""
+@pytest.mark.parametrize("headdim,wide", [(96, 128), (32, 64)])
+def test_narrow_head_dims_run_the_wider_warp_specialized_kernels(monkeypatch, headdim, wide):
+    """hd 96 and 32 run the warp-specialized forward and backward of hd 128 and 64
+    (launch_fwd_sm90.cuh, launch_bwd_sm90.cuh: TMA zero-fills the columns past the head dim); the
+    backward by default, the forward by default at hd 96 and where FwdWsTile<32>::preferred says
+    at hd 32 (forced here). FLASH_ATTN_SM90_FWD / _BWD=cpasync give the sm80 kernels. The reference
+    checks of test_gpu_attention.py and test_gpu_features.py run them (the latter on the kernel of
+    hd 96 where a build has no hd 64 / 128 one)."""
     _require_exact_kernel(headdim)
+    _, backward = _kernel_names(headdim)
+    assert backward and all(f"BwdWsConfig<{wide}, " in name for name in backward), backward
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
     forward, _ = _kernel_names(headdim)
     assert forward and all(f"FwdWsConfig<{wide}, " in name for name in forward), forward
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "cpasync")
+    monkeypatch.setenv("FLASH_ATTN_SM90_BWD", "cpasync")
+    forward, backward = _kernel_names(headdim)
+    assert forward and not any("sm90" in name for name in forward), forward
+    assert backward and not any("sm90" in name for name in backward), backward
 
 
 SM80_CASES = [(64, 239, 300, 4, 4, False), (64, 1023, 1024, 4, 2, True), (128, 113, 203, 4, 1, True),

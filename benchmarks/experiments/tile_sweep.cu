@@ -58,7 +58,7 @@ Buffers allocate(const Problem& pb) {
   for (T** p : {&b.q, &b.k, &b.v, &b.out, &b.dout, &b.dq, &b.dk, &b.dv}) CUDA_OK(cudaMalloc(p, n * sizeof(T)));
   CUDA_OK(cudaMalloc(&b.lse, rows * sizeof(float)));
   CUDA_OK(cudaMalloc(&b.dsum, rows * sizeof(float)));
-  CUDA_OK(cudaMalloc(&b.dq_accum, (size_t)pb.heads * flash::dq_accum_rows_per_head(false, pb.batch, pb.seqlen, 0) * pb.headdim * sizeof(float)));
+  CUDA_OK(cudaMalloc(&b.dq_accum, (size_t)pb.heads * flash::dq_accum_rows_per_head(false, pb.batch, pb.seqlen, 0) * flash::dq_accum_columns(pb.headdim) * sizeof(float)));
   uint32_t seed = 1;
   for (T* p : {b.q, b.k, b.v, b.dout}) fill_random<<<1024, 256>>>(p, n, seed++);
   CUDA_OK(cudaGetLastError());
@@ -95,7 +95,7 @@ flash::BwdParams make_params(const Problem& pb, const Buffers& b) {
   p.dq_accum = b.dq_accum;
   p.dq_accum_head_rows = flash::dq_accum_rows_per_head(false, pb.batch, pb.seqlen, 0);
   p.dq_slices = 1;
-  p.dq_slice_stride = pb.heads * p.dq_accum_head_rows * pb.headdim;
+  p.dq_slice_stride = pb.heads * p.dq_accum_head_rows * flash::dq_accum_columns(pb.headdim);
   p.dsum = b.dsum;
   return p;
 }

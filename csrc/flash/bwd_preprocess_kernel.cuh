@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kPreprocessWarps* arch::kWarpSize) bwd_preproc
     const bool live = row < seq.seqlen_q;  // seq.seqlen_q <= shape.seqlen_q
     if (live && p.dq_semaphore == nullptr) {  // deterministic: a slice's first add writes its tile instead
       float* dq_row = p.dq_accum + DqAccum<kHeadDim>::row_offset(p, seq, head, row);
-      for (int c = lane_in_row * 4; c < kHeadDim; c += Rows::kLanesPerRow * 4)
+      for (int c = lane_in_row * 4; c < DqAccum<kHeadDim>::kColumns; c += Rows::kLanesPerRow * 4)
         *reinterpret_cast<float4*>(dq_row + c) = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     float partial = 0.f;

@@ -1,20 +1,23 @@
 // The float32 buffer dQ is summed in across key blocks, and the pass that converts it to dq.
 //
-// Layout (params.h): (heads, dq_accum_head_rows, kHeadDim), each sequence's rows starting at its
+// Layout (params.h): (heads, dq_accum_head_rows, kColumns), each sequence's rows starting at its
 // SequenceView::dq_accum_row0 with kDqAccumRowMultiple spare rows after it, so the rows of one
 // query block of one head form one contiguous tile: the sm90 kernel adds a whole tile with one bulk
 // reduction from a shared-memory copy. Within a row, the 16-byte units (4 floats) are XOR-swizzled
 // by the row within the sequence. Every row of such a tile starts at the same bank; a warp's
 // accumulator-fragment store (rows g and g + 8 of 8 row groups, 2 adjacent units each, one 8-byte
 // store per lane) runs as two half-warps of 4 rows x 2 units.
-// - Up to hd 128, unit v is stored at v ^ (2 * (row % 4)): the XOR by an even 0..6 puts each
+// kColumns is dq_accum_columns(kHeadDim): kHeadDim, except 64 at hd 32 and 128 at hd 96, whose
+// Hopper backward runs the next head dim's kernel (launch_bwd_sm90.cuh); columns past the call's
+// head dim then hold zeros or whatever the spare rows hold, and nothing reads them.
+// - Up to 128 columns, unit v is stored at v ^ (2 * (row % 4)): the XOR by an even 0..6 puts each
 //   half-warp's 8 units in 8 different bank groups, 2 wavefronts per store, the ideal. With
 //   v ^ (row % 8) they fell in 4 (Nsight Compute of the hd 128 backward counted every dQ store 2-way
 //   conflicted, the math warps stalling there on the memory-instruction queue); the change made the
 //   hd 64 / 128 backward 2-6% faster (H200, benchmarks/NOTES.md v25).
-// - Above hd 128 (the head-split backward) v ^ (row % 8) stays: there the conflict-free swizzle
+// - Above 128 columns (the head-split backward) v ^ (row % 8) stays: there the conflict-free swizzle
 //   measured 5-8% slower (H200, v25), for a reason not found.
-// kHeadDim is a multiple of 32, so the swizzle stays inside the row, and rows 8 apart share it.
+// kColumns is a multiple of 32, so the swizzle stays inside the row, and rows 8 apart share it.
 // The preprocess zeroes the rows of every sequence, except with deterministic=True (dq_order.cuh: a
 // slice's first add writes its tile); the spare rows are never zeroed, as nothing reads them: a
 // whole-tile add that covers them adds into whatever they hold.
@@ -30,16 +33,17 @@ namespace flash {
 
 template <int kHeadDim>
 struct DqAccum {
-  static_assert(kHeadDim % 32 == 0, "8 or more whole 16-byte units per row");
+  static constexpr int kColumns = dq_accum_columns(kHeadDim);
+  static_assert(kColumns % 32 == 0 && kColumns >= kHeadDim, "8 or more whole 16-byte units per row");
 
   // Offset of the first element of query row `row` (within the sequence) of `head`.
   __device__ __forceinline__ static int64_t row_offset(const BwdParams& p, const SequenceView& seq, int head, int row) {
-    return (head * p.dq_accum_head_rows + seq.dq_accum_row0 + row) * kHeadDim;
+    return (head * p.dq_accum_head_rows + seq.dq_accum_row0 + row) * kColumns;
   }
 
   // Offset of column `col` inside row `row` (any row of the same row % 8 gives the same answer).
   __device__ __forceinline__ static int col_offset(int row, int col) {
-    const int swizzle = kHeadDim <= 128 ? 2 * (row % 4) : row % 8;
+    const int swizzle = kColumns <= 128 ? 2 * (row % 4) : row % 8;
     return (((col / 4) ^ swizzle) * 4) + col % 4;
   }
 };

@@ -78,6 +78,25 @@ struct BwdWsTile<128> {
   static bool extras_preferred(const BwdParams& p) { return preferred(p); }
 };
 
+// hd 96 and 32 run the hd 128 and hd 64 kernels, as the forward does at hd 96 (launch_fwd_sm90.cuh):
+// TMA boxes and the 128-byte swizzle move whole 64-column blocks, so the loads fill the columns
+// past the call's head dim with zeros. Those add nothing to S, dP, dK, dV or dQ; the epilogue
+// stores only the head dim's columns, and dq_accum rows are the kernel's width (dq_accum_columns,
+// params.h). No cp.async wgmma kernel here: FLASH_ATTN_SM90_BWD=cpasync selects the sm80 kernel.
+template <int kWiderHeadDim>
+struct BwdWsOnWiderTile {
+  static constexpr bool kAvailable = true;
+  using type = typename BwdWsTile<kWiderHeadDim>::type;
+  static bool preferred(const BwdParams&) { return true; }
+  static bool extras_preferred(const BwdParams&) { return true; }
+};
+template <>
+struct BwdWsTile<96> : BwdWsOnWiderTile<128> {};
+template <>
+struct BwdWsTile<32> : BwdWsOnWiderTile<64> {};
+static_assert(dq_accum_columns(96) == BwdWsTile<96>::type::kHeadDim && dq_accum_columns(32) == BwdWsTile<32>::type::kHeadDim,
+              "dq_accum rows as wide as the kernel's dQ tiles");
+
 // Head dims whose dK and dV the two math warpgroups split by head dim (bwd_sm90_head_split_step.cuh):
 // hd 256, where a warpgroup's 64 keys of dK and dV would need 256 registers per thread, and hd 192
 // (192). Two stages: at hd 256, with the dQ tile over its step's Q and dO, they fill 210 of the
@@ -194,6 +213,11 @@ cudaError_t try_run_bwd_sm90(const BwdParams& params, cudaStream_t stream, int d
     if (params.fwd.causal && params.fwd.shape.seqlen_k <= kShortCausalKeys)
       return launch_bwd_sm90<T, typename Tile::short_causal_type, kScoreExtras>(params, stream);
     return launch_bwd_sm90<T, typename Tile::type, kScoreExtras>(params, stream);
+  } else if constexpr (BwdWsTile<kHeadDim>::kAvailable) {  // the warp-specialized kernel alone
+    bool usable = false;
+    cudaError_t err = can_run_sm90(bwd_kernel_sm90_ws<T, typename BwdWsTile<kHeadDim>::type, kScoreExtras>, device, usable);
+    if (err != cudaSuccess || !usable) return err;
+    return try_run_bwd_sm90_ws<T, kHeadDim, kScoreExtras>(params, stream, launched);
   }
   return cudaSuccess;
 }

@@ -108,9 +108,14 @@ struct FwdWsTile<256> {
 // and it still takes 0.65-0.72 of the sm80 kernel's time (H100, 512 to 8k, causal and not;
 // benchmarks/results/nvidia-h100_2026-11-24_v18/narrow_head_dims.md). hd 32 on the hd 64 kernel
 // (half the MMA work on zeros) measured 3-4% faster from 2k non-causal but 6-8% slower at 512 and
-// 2k causal: it keeps the sm80 kernel.
+// 2k causal (v18, before the per-consumer key ranges): it runs there non-causal from 2k keys and
+// elsewhere keeps the sm80 kernel.
 template <>
 struct FwdWsTile<96> : FwdWsTile<128> {};
+template <>
+struct FwdWsTile<32> : FwdWsTile<64> {
+  static bool preferred(const FwdParams& p) { return !p.causal && p.shape.seqlen_k >= 2048; }
+};
 
 // The warp-specialized configuration of the plain (kScoreExtras false) or score-extras kernel.
 template <int kHeadDim, bool kScoreExtras>

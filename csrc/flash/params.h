@@ -107,7 +107,7 @@ struct BwdParams {
                     //   dq_slice_stride floats; zeroed by the preprocess unless deterministic
   int64_t dq_accum_head_rows;  // rows of one head in one slice of dq_accum (dq_accum_rows_per_head)
   int dq_slices;               // 1, or with deterministic=True dq_slice_count()
-  int64_t dq_slice_stride;     // heads * dq_accum_head_rows * kernel head dim
+  int64_t dq_slice_stride;     // heads * dq_accum_head_rows * dq_accum_columns(kernel head dim)
   float* dsum;      // rowsum(dout * out), float32, laid out like lse
   int* dq_semaphore;  // deterministic: dq_semaphore_count() counters (dq_order.cuh); else null
 };
@@ -171,10 +171,16 @@ struct SplitKvParams {
   int headdim_accum;   // the kernel head dim (row length of out_accum)
 };
 
-// dq_accum holds (heads, dq_accum_head_rows, kernel head dim) floats. Sequence b's rows start at
+// dq_accum holds (heads, dq_accum_head_rows, dq_accum_columns(kernel head dim)) floats: on Hopper
+// the backward of head dims 32 and 96 runs the wgmma kernel of the next head dim with a whole
+// swizzle block of columns, 64 and 128 (launch_bwd_sm90.cuh), whose dQ tiles are that wide; every
+// other kernel of those head dims uses the same rows and leaves the spare columns alone. Sequence b's rows start at
 // b * dq_accum_rows(seqlen_q) (dense) or cu_seqlens_q[b] + kDqAccumRowMultiple * b (varlen), so
 // each sequence has kDqAccumRowMultiple spare rows after it and every query block of every
 // backward kernel is a whole tile.
+constexpr int dq_accum_columns(int kernel_headdim) {
+  return kernel_headdim == 32 ? 64 : kernel_headdim == 96 ? 128 : kernel_headdim;
+}
 constexpr int kDqAccumRowMultiple = 128;
 constexpr int64_t dq_accum_rows(int64_t seqlen_q) {
   return (seqlen_q + kDqAccumRowMultiple - 1) / kDqAccumRowMultiple * kDqAccumRowMultiple;

@@ -269,7 +269,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> mha_bwd(
     p.dq_slices = deterministic ? flash::dq_slice_count(seqlen_q, seqlen_k,
                                                         flash::staggered_dq_walk(window_left, window_right))
                                 : 1;
-    p.dq_slice_stride = heads * p.dq_accum_head_rows * kernel_hd;
+    p.dq_slice_stride = heads * p.dq_accum_head_rows * flash::dq_accum_columns(kernel_hd);
     const auto dq_accum = at::empty({p.dq_slices * p.dq_slice_stride}, q.options().dtype(at::kFloat));
     const auto dsum = at::empty(lse.sizes(), q.options().dtype(at::kFloat));
     at::Tensor semaphore;
