@@ -14,6 +14,8 @@ sees the same GPU and host. bf16.
 
 Cases are headdim:seqlen[:causal]. --options adds keyword arguments to every call, e.g.
 "dropout_p=0.1", "softcap=30", "alibi=1" (ALiBi slopes 2^-(8 (h + 1) / heads), fp32).
+A value "sdpa-cudnn" times SDPA's cuDNN backend on the same shapes instead of ours (a peer
+column for head dims the speed suite does not take, 32 and 96; no --options).
 """
 
 import argparse
@@ -24,8 +26,12 @@ import time
 import torch
 from triton.testing import do_bench
 
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention
+
 from flash_attn import flash_attn_func
 
+PEER = "sdpa-cudnn"
 CALLS = 50
 SLEEP_CYCLES = 200_000_000  # ~100 ms at H100 clocks: longer than queueing CALLS calls
 
@@ -52,12 +58,28 @@ def make_call(headdim, seqlen, causal, which, options_text=""):
     dout = torch.randn_like(q)
     options = parse_options(options_text, heads)
 
-    def make():
+    def make(impl):
+        if impl == PEER:
+            return make_peer_call(q, k, v, dout, causal, which)
         if which == "fwd":
             return lambda: flash_attn_func(q, k, v, causal=causal, **options)
         out = flash_attn_func(q, k, v, causal=causal, **options)
         return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
     return make
+
+
+def make_peer_call(q, k, v, dout, causal, which):
+    """SDPA's cuDNN backend on copies of q, k, v, dout in its (batch, heads, seqlen, headdim) layout."""
+    qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
+    doutt = dout.transpose(1, 2).contiguous()
+
+    def forward():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    if which == "fwd":
+        return forward
+    out = forward()
+    return lambda: torch.autograd.grad(out, (qt, kt, vt), doutt, retain_graph=True)
 
 
 def gpu_us(call):
@@ -89,6 +111,8 @@ def main():
     parser.add_argument("--label", default="", help="a name printed with the header (the ab stage's before / after)")
     args = parser.parse_args()
     values = args.values.split(",")
+    if PEER in values and args.options:
+        parser.error(f"--options apply to ours only, not to {PEER}")
     rounds = args.rounds or (2 if args.measure == "time" else 7)
     measure = gpu_us if args.measure == "time" else host_us
     print(f"{args.label} {torch.cuda.get_device_name()}: {args.which} {args.measure} µs, {args.env} in {values}"
@@ -105,8 +129,9 @@ def main():
         samples = {v: [] for v in values}
         for round_index in range(rounds):
             for value in values:
-                os.environ[args.env] = value
-                samples[value].append(measure(make()))
+                if value != PEER:
+                    os.environ[args.env] = value
+                samples[value].append(measure(make(value)))
             if args.measure == "time":
                 print(f"| {name} | {round_index} | " + " | ".join(f"{samples[v][-1]:.1f}" for v in values) + " |",
                       flush=True)
