@@ -50,7 +50,7 @@ def _kernels(monkeypatch, kernel):
 
 @pytest.mark.parametrize("seqlen_q,seqlen_k", SEQLENS)
 @pytest.mark.parametrize("headdim,kernel", [(64, "default"), (64, "ws"), (128, "default"), (96, "default"),
-                                            (128, "sm80"), (128, "cpasync"), (192, "default"),
+                                            (32, "default"), (128, "sm80"), (128, "cpasync"), (192, "default"),
                                             (256, "default")])
 @pytest.mark.parametrize("name", OPTIONS)
 def test_option_dense(monkeypatch, name, headdim, kernel, seqlen_q, seqlen_k):
@@ -87,7 +87,7 @@ VARLEN_LENGTHS = {  # name: (lengths_q, lengths_k)
 
 @pytest.mark.parametrize("lengths", VARLEN_LENGTHS)
 @pytest.mark.parametrize("headdim,kernel", [(64, "default"), (64, "ws"), (128, "default"), (96, "default"),
-                                            (64, "sm80"), (128, "cpasync"), (192, "default"),
+                                            (32, "default"), (64, "sm80"), (128, "cpasync"), (192, "default"),
                                             (256, "default")])
 @pytest.mark.parametrize("name", ["plain", "causal", *OPTIONS])
 def test_option_varlen(monkeypatch, name, headdim, kernel, lengths):
@@ -144,7 +144,9 @@ DETERMINISTIC_CASES = {  # name: (headdim, kernel, mods, varlen, (seqlen_q, seql
     "hd64_window_dropout": (64, "default", Mods(window_size=(300, 100), dropout_p=0.1), False, (1500, 1500)),
     "hd64_window_left": (64, "default", Mods(window_size=(300, -1)), False, (1500, 1500)),  # ascending
     "hd64_varlen_causal": (64, "default", Mods(causal=True), True, (1500, 1500)),
-    "hd96_sm80": (96, "default", Mods(causal=True, alibi="head"), False, (1500, 1500)),
+    "hd96_ws": (96, "default", Mods(causal=True, alibi="head"), False, (1500, 1500)),  # on the hd 128 kernel
+    "hd96_sm80": (96, "sm80", Mods(causal=True, alibi="head"), False, (1500, 1500)),  # 128-column dq_accum rows
+    "hd32_window_varlen": (32, "default", Mods(window_size=(300, 100)), True, (1500, 1500)),  # on the hd 64 kernel
     "hd128_sm80_forced": (128, "sm80", Mods(softcap=10.0), True, (1500, 1500)),  # staggered from here on
     "hd64_full": (64, "default", Mods(), False, (1500, 1500)),
     "hd64_full_varlen_alibi": (64, "default", Mods(alibi="head"), True, (1500, 1500)),

@@ -99,17 +99,14 @@ def test_hopper_large_head_dims_run_the_warp_specialized_forward(monkeypatch, he
 @pytest.mark.parametrize("headdim,wide", [(96, 128), (32, 64)])
 def test_narrow_head_dims_run_the_wider_warp_specialized_kernels(monkeypatch, headdim, wide):
     """hd 96 and 32 run the warp-specialized forward and backward of hd 128 and 64
-    (launch_fwd_sm90.cuh, launch_bwd_sm90.cuh: TMA zero-fills the columns past the head dim); the
-    backward by default, the forward by default at hd 96 and where FwdWsTile<32>::preferred says
-    at hd 32 (forced here). FLASH_ATTN_SM90_FWD / _BWD=cpasync give the sm80 kernels. The reference
+    (launch_fwd_sm90.cuh, launch_bwd_sm90.cuh: TMA zero-fills the columns past the head dim) by
+    default; FLASH_ATTN_SM90_FWD / _BWD=cpasync give the sm80 kernels. The reference
     checks of test_gpu_attention.py and test_gpu_features.py run them (the latter on the kernel of
     hd 96 where a build has no hd 64 / 128 one)."""
     _require_exact_kernel(headdim)
-    _, backward = _kernel_names(headdim)
-    assert backward and all(f"BwdWsConfig<{wide}, " in name for name in backward), backward
-    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
-    forward, _ = _kernel_names(headdim)
+    forward, backward = _kernel_names(headdim)
     assert forward and all(f"FwdWsConfig<{wide}, " in name for name in forward), forward
+    assert backward and all(f"BwdWsConfig<{wide}, " in name for name in backward), backward
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "cpasync")
     monkeypatch.setenv("FLASH_ATTN_SM90_BWD", "cpasync")
     forward, backward = _kernel_names(headdim)
@@ -119,7 +116,8 @@ def test_narrow_head_dims_run_the_wider_warp_specialized_kernels(monkeypatch, he
 
 SM80_CASES = [(64, 239, 300, 4, 4, False), (64, 1023, 1024, 4, 2, True), (128, 113, 203, 4, 1, True),
               (128, 1024, 1023, 4, 4, False), (59, 300, 239, 2, 2, True), (111, 128, 217, 2, 2, False),
-              (256, 239, 300, 4, 2, True), (200, 300, 239, 2, 2, False)]
+              (256, 239, 300, 4, 2, True), (200, 300, 239, 2, 2, False), (96, 1023, 1024, 3, 1, True),
+              (32, 300, 239, 2, 2, False)]  # hd 96 / 32: dq_accum rows of 128 / 64 columns (params.h)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])

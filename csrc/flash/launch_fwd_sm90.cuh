@@ -106,15 +106,16 @@ struct FwdWsTile<256> {
 // kernel: TMA fills the columns past the tensor's head dim with zeros, which add nothing to S, and
 // the epilogue stores only the head dim's columns. A quarter of its MMA work is on those zeros,
 // and it still takes 0.65-0.72 of the sm80 kernel's time (H100, 512 to 8k, causal and not;
-// benchmarks/results/nvidia-h100_2026-11-24_v18/narrow_head_dims.md). hd 32 on the hd 64 kernel
-// (half the MMA work on zeros) measured 3-4% faster from 2k non-causal but 6-8% slower at 512 and
-// 2k causal (v18, before the per-consumer key ranges): it runs there non-causal from 2k keys and
-// elsewhere keeps the sm80 kernel.
+// benchmarks/results/nvidia-h100_2026-11-24_v18/narrow_head_dims.md). hd 32 runs the hd 64 kernel
+// (half the MMA work on zeros): in v18 it was 6-8% behind the sm80 kernel at 512 and 2k causal, but
+// since each consumer walks only its own rows' key blocks it is ahead at every length measured,
+// 512 to 8k, causal and not (H200: 512 360 vs 392 µs, 512 causal 280 vs 295, 8k causal 2159 vs
+// 2736; benchmarks/NOTES.md v28); below 512 keys not measured.
 template <>
 struct FwdWsTile<96> : FwdWsTile<128> {};
 template <>
 struct FwdWsTile<32> : FwdWsTile<64> {
-  static bool preferred(const FwdParams& p) { return !p.causal && p.shape.seqlen_k >= 2048; }
+  static bool preferred(const FwdParams&) { return true; }
 };
 
 // The warp-specialized configuration of the plain (kScoreExtras false) or score-extras kernel.
