@@ -405,6 +405,20 @@ def test_switch_with_dropout_returns_the_mask_it_used(monkeypatch):
                              dropout_p=0.25, dropout_mask=keep)
 
 
+@pytest.mark.parametrize("batch,heads,seqlen_q,seqlen_k", [(2, 3, 45, 77), (1, 2, 130, 1), (1, 1, 0, 5)])
+def test_keep_mask_kernel_draws_the_definition(batch, heads, seqlen_q, seqlen_k):
+    """flash_attn/triton/dropout_mask.py, the CUDA kernel of flash_attn::dropout_keep_mask where the
+    extension is not built (the S_dmask of return_attn_probs above): the mask of flash_attn/dropout.py,
+    with a seed and an offset that use both 32-bit words."""
+    from flash_attn.triton import dropout_mask
+    seed, offset = (1 << 40) + 12345, (1 << 33) + 77
+    rng_state = torch.tensor([seed, offset], dtype=torch.int64, device=DEVICE)
+    keep = dropout_mask.keep_mask(rng_state, batch, heads, seqlen_q, seqlen_k, 0.3)
+    expected = dropout_lib.keep_mask(seed, offset, batch, heads, seqlen_q, seqlen_k, 0.3)
+    assert keep.dtype == torch.bool and keep.device.type == DEVICE
+    assert torch.equal(keep.cpu(), expected)
+
+
 # flash_attn_with_kvcache through the switch: the Triton append and split-KV kernels
 # (flash_attn/triton/kvcache.py) against reference_kvcache with kvcache_checks.check_kvcache (the cache
 # after the append compared exactly, out and lse by the tolerance rule). Small caches: the

@@ -1,14 +1,17 @@
 """Whether two trees' Triton kernels compile to the same sm_90 PTX, on a machine without a GPU: for a
 change meant to leave the generated code alone (a refactor of kernels.py). Each tree's forward,
-dK/dV and dQ kernels (bf16, hd 128, one tile each, the four CLIP_LEFT / CLIP_RIGHT variants) go
+dK/dV and dQ kernels (bf16, hd 128, one tile each) and the fp8 forward (e4m3 q / k / v, bf16 out,
+the fixed fp8 tile: 128 x 64, 4 warps, 3 stages), in the four CLIP_LEFT / CLIP_RIGHT variants, go
 through triton.compile for GPUTarget("cuda", 90, 32); the PTX is compared without its debug
-sections and line labels.
+sections and line labels, and each variant's registers and spills (ptxas, Triton's metadata) are
+printed for both trees (cuobjdump -res-usage of the cubin Triton built).
 
     python benchmarks/experiments/triton_ptx_compare.py OLD_TREE NEW_TREE
 """
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -17,19 +20,27 @@ PTRS = {"Lse": "*fp32", "Delta": "*fp32", "CuQ": "*i32", "CuK": "*i32", "Slopes"
 FLOATS = {"scale", "softcap", "keep_scale"}
 COMMON = dict(BLOCK_D=128, VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_DROPOUT=False,
               DOT_PRECISION="ieee", PAD_D=False)
-CASES = {"attention_forward_kernel": dict(BLOCK_M=128, BLOCK_N=64, IS_FP8=False, INTERPRETER_ROUNDING=False),
-         "attention_backward_dkdv_kernel": dict(BLOCK_M=64, BLOCK_N=128),
-         "attention_backward_dq_kernel": dict(BLOCK_M=128, BLOCK_N=64)}
+# name: (kernel, its constexprs, launch options, pointer types that differ from bf16)
+LAUNCH = dict(num_warps=8, num_stages=2)
+FP8_POINTERS = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "V": "*fp8e4nv"}
+CASES = {
+    "attention_forward_kernel": ("attention_forward_kernel", dict(BLOCK_M=128, BLOCK_N=64, IS_FP8=False,
+                                                                  INTERPRETER_ROUNDING=False), LAUNCH, {}),
+    "attention_backward_dkdv_kernel": ("attention_backward_dkdv_kernel", dict(BLOCK_M=64, BLOCK_N=128), LAUNCH, {}),
+    "attention_backward_dq_kernel": ("attention_backward_dq_kernel", dict(BLOCK_M=128, BLOCK_N=64), LAUNCH, {}),
+    "fp8_forward": ("attention_forward_kernel", dict(BLOCK_M=128, BLOCK_N=64, IS_FP8=True, INTERPRETER_ROUNDING=False),
+                    dict(num_warps=4, num_stages=3), FP8_POINTERS),
+}
 
 
-def signature(fn):
+def signature(fn, pointers):
     """Argument types by the kernels' naming: capitalized pointers (bf16 unless listed), float scalars
     by name, the rest i32."""
     def kind(p):
         if p.is_constexpr:
             return "constexpr"
-        if p.name in PTRS:
-            return PTRS[p.name]
+        if p.name in PTRS or p.name in pointers:
+            return {**PTRS, **pointers}[p.name]
         if p.name[0].isupper():
             return "*bf16"
         return "fp32" if p.name in FLOATS else "i32"
@@ -52,17 +63,32 @@ def dump(tree, out):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from flash_attn.triton import kernels
-    os.makedirs(out, exist_ok=True)
-    for name, tiles in CASES.items():
-        fn = getattr(kernels, name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    for name, (kernel, tiles, launch, pointers) in CASES.items():
+        fn = getattr(kernels, kernel)
         for left in (False, True):
             for right in (False, True):
                 consts = {k: v for k, v in dict(COMMON, **tiles, CLIP_LEFT=left, CLIP_RIGHT=right).items()
                           if k in fn.arg_names}
-                compiled = triton.compile(ASTSource(fn, signature(fn), constexprs=consts),
-                                          target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8, num_stages=2))
-                with open(os.path.join(out, f"{name}_{int(left)}{int(right)}.ptx"), "w") as f:
+                compiled = triton.compile(ASTSource(fn, signature(fn, pointers), constexprs=consts),
+                                          target=GPUTarget("cuda", 90, 32), options=launch)
+                stem = os.path.join(out, f"{name}_{int(left)}{int(right)}")
+                with open(stem + ".ptx", "w") as f:
                     f.write(instructions(compiled.asm["ptx"]))
+                with open(stem + ".regs", "w") as f:
+                    f.write(ptxas_resources(compiled.asm["cubin"], stem + ".cubin"))
+
+
+def ptxas_resources(cubin, path):
+    """'REG:n STACK:n SHARED:n LOCAL:n ...' of the kernel Triton's ptxas built (cuobjdump -res-usage
+    of its cubin: LOCAL is the spill space)."""
+    import triton
+    with open(path, "wb") as f:
+        f.write(cubin)
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    report = subprocess.run([cuobjdump, "-res-usage", path], capture_output=True, text=True, check=True).stdout
+    return re.search(r"REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+", report).group(0)
 
 
 def main():
@@ -75,10 +101,12 @@ def main():
         subprocess.run([sys.executable, __file__, "--dump", os.path.abspath(tree), out], check=True)
         outs.append(out)
     same = True
-    for name in sorted(os.listdir(outs[0])):
+    for name in sorted(n for n in os.listdir(outs[0]) if n.endswith(".ptx")):
         a, b = (open(os.path.join(o, name)).read() for o in outs)
+        regs = [open(os.path.join(o, name[:-4] + ".regs")).read() for o in outs]
         same &= a == b
-        print(f"{name}: {'identical' if a == b else 'DIFFERS'} ({a.count(chr(10)) + 1} lines)")
+        print(f"{name}: {'identical' if a == b else 'DIFFERS'} ({a.count(chr(10)) + 1} lines); "
+              f"{regs[0]} -> {regs[1]}")
     sys.exit(0 if same else 1)
 
 

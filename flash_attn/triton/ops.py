@@ -15,12 +15,15 @@ import os
 import torch
 
 from .. import ops as flash_ops
-from . import attention, fp8, kvcache
+from . import attention, dropout_mask, fp8, kvcache
 
 torch.library.define("flash_attn::triton_fwd", flash_ops.FWD_SCHEMA)
 torch.library.define("flash_attn::triton_bwd", flash_ops.BWD_SCHEMA)
 torch.library.define("flash_attn::triton_fwd_kvcache", flash_ops.FWD_KVCACHE_SCHEMA)
 torch.library.define("flash_attn::triton_fwd_fp8", flash_ops.FWD_FP8_SCHEMA)
+
+if not flash_ops.has_cuda_kernels():  # else the extension registers its own CUDA kernel of the op
+    torch.library.impl("flash_attn::dropout_keep_mask", "CUDA")(dropout_mask.keep_mask)
 
 
 def _window_and_options(window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
