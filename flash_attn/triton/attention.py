@@ -44,8 +44,14 @@ def _blocks(headdim_padded):
 # stages. Swept on an H100 (triton 3.6, hd 128, 4k-16k tokens, causal and not; benchmarks/NOTES.md
 # v22, triton_fp8_speed.py): the fastest of seven tiles in every cell, 3-5% ahead of 128 x 128 with
 # 8 warps and 3-4 stages, 14-26% ahead of the 16-bit forward's 64 x 64, 26-35% ahead of 128 x 64
-# with 8 warps.
+# with 8 warps. Under a right window (causal) it runs FP8_RIGHT_WINDOW_TILE: since the masked key
+# walk is a loop of its own (session 20) the 4-warp tile spills 864 B there (496 B without it;
+# triton_ptx_compare.py, Triton 3.6, sm_90) and ran the causal fp8 forward at 0.40-0.43 of the
+# bf16 one; 128 x 128 with 8 warps (8 B) ran it at 0.65-0.73, 128 x 64 with 8 warps at 0.58-0.64
+# (H200, hd 128, 4k-16k; NOTES.md "Triton backend (#9), session 23"). Non-causal the 4-warp tile
+# stays ahead (0.81-0.95 against 0.73-0.83).
 FP8_FORWARD_TILE = tuning.Tile(128, 64, 4, 3)
+FP8_RIGHT_WINDOW_TILE = tuning.Tile(128, 128, 8, 3)
 
 # The 16-bit tiles on NVIDIA GPUs, up to head dim 128 (BLOCK_M, BLOCK_N, warps, stages), from an H200
 # run (triton 3.6, 16 heads, 16k tokens; benchmarks/NOTES.md v25, results/nvidia-h200_2026-11-27_v25/
@@ -87,14 +93,15 @@ def _launch_options(tile, block_d):
 
 def _forward_launch(block_d, dtype, device, right_window=False):
     """The forward's fixed launch options: the tile of tuning.py's experiment variable where set, else
-    FP8_FORWARD_TILE for fp8 up to head dim 128 (not on ROCm, whose fp8 keeps the portable tile),
+    FP8_FORWARD_TILE (FP8_RIGHT_WINDOW_TILE under a right window) for fp8 up to head dim 128 (not on
+    ROCm, whose fp8 keeps the portable tile),
     NVIDIA_16BIT_FORWARD_TILES for 16-bit inputs on NVIDIA GPUs up to head dim 128 (by head dim and
     whether a right window, causal included, bounds the keys), else the portable blocks."""
     fp8 = dtype == FP8_DTYPE
     tile = tuning.tile_from_environment(tuning.FP8_FORWARD_TILE_VARIABLE if fp8 else tuning.FORWARD_TILE_VARIABLE,
                                         None)
     if tile is None and fp8 and block_d <= 128 and torch.version.hip is None:
-        tile = FP8_FORWARD_TILE
+        tile = FP8_RIGHT_WINDOW_TILE if right_window else FP8_FORWARD_TILE
     if tile is None and _nvidia_16bit(block_d, dtype, device):
         tile = NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
     return _launch_options(tile, block_d)
