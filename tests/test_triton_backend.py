@@ -194,8 +194,9 @@ def test_walks_of_small_tiles(monkeypatch, name):
 def test_forward_launch_options(monkeypatch):
     """The forward's fixed launch: the portable 64 x 64 / 32 x 32 blocks with Triton's default warps
     and stages for fp32, CPU tensors and (on ROCm) everything 16-bit; on NVIDIA GPUs 16-bit inputs
-    up to head dim 128 take NVIDIA_16BIT_FORWARD_TILES (by head dim and right window); fp8 up to head dim 128 takes FP8_FORWARD_TILE,
-    or FP8_RIGHT_WINDOW_TILE under a right window (not on ROCm); each variable overrides its own."""
+    up to head dim 128 take NVIDIA_16BIT_FORWARD_TILES (by head dim and right window); fp8 up to head
+    dim 128 takes FP8_FORWARD_TILE, or FP8_RIGHT_WINDOW_TILE under a right window (not on ROCm);
+    each variable overrides its own."""
     from flash_attn.triton import attention
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")

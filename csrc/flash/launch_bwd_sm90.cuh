@@ -94,7 +94,8 @@ template <>
 struct BwdWsTile<96> : BwdWsOnWiderTile<128> {};
 template <>
 struct BwdWsTile<32> : BwdWsOnWiderTile<64> {};
-static_assert(dq_accum_columns(96) == BwdWsTile<96>::type::kHeadDim && dq_accum_columns(32) == BwdWsTile<32>::type::kHeadDim,
+static_assert(dq_accum_columns(96) == BwdWsTile<96>::type::kHeadDim &&
+                  dq_accum_columns(32) == BwdWsTile<32>::type::kHeadDim,
               "dq_accum rows as wide as the kernel's dQ tiles");
 
 // Head dims whose dK and dV the two math warpgroups split by head dim (bwd_sm90_head_split_step.cuh):
@@ -215,7 +216,8 @@ cudaError_t try_run_bwd_sm90(const BwdParams& params, cudaStream_t stream, int d
     return launch_bwd_sm90<T, typename Tile::type, kScoreExtras>(params, stream);
   } else if constexpr (BwdWsTile<kHeadDim>::kAvailable) {  // the warp-specialized kernel alone
     bool usable = false;
-    cudaError_t err = can_run_sm90(bwd_kernel_sm90_ws<T, typename BwdWsTile<kHeadDim>::type, kScoreExtras>, device, usable);
+    using Cfg = typename BwdWsTile<kHeadDim>::type;
+    cudaError_t err = can_run_sm90(bwd_kernel_sm90_ws<T, Cfg, kScoreExtras>, device, usable);
     if (err != cudaSuccess || !usable) return err;
     return try_run_bwd_sm90_ws<T, kHeadDim, kScoreExtras>(params, stream, launched);
   }

@@ -174,10 +174,10 @@ struct SplitKvParams {
 // dq_accum holds (heads, dq_accum_head_rows, dq_accum_columns(kernel head dim)) floats: on Hopper
 // the backward of head dims 32 and 96 runs the wgmma kernel of the next head dim with a whole
 // swizzle block of columns, 64 and 128 (launch_bwd_sm90.cuh), whose dQ tiles are that wide; every
-// other kernel of those head dims uses the same rows and leaves the spare columns alone. Sequence b's rows start at
-// b * dq_accum_rows(seqlen_q) (dense) or cu_seqlens_q[b] + kDqAccumRowMultiple * b (varlen), so
-// each sequence has kDqAccumRowMultiple spare rows after it and every query block of every
-// backward kernel is a whole tile.
+// other kernel of those head dims uses the same rows and leaves the spare columns alone. Sequence
+// b's rows start at b * dq_accum_rows(seqlen_q) (dense) or cu_seqlens_q[b] + kDqAccumRowMultiple * b
+// (varlen), so each sequence has kDqAccumRowMultiple spare rows after it and every query block of
+// every backward kernel is a whole tile.
 constexpr int dq_accum_columns(int kernel_headdim) {
   return kernel_headdim == 32 ? 64 : kernel_headdim == 96 ? 128 : kernel_headdim;
 }
