@@ -2,9 +2,12 @@
 change meant to leave the generated code alone (a refactor of kernels.py). Each tree's forward,
 dK/dV and dQ kernels (bf16, hd 128, one tile each) and the fp8 forward (e4m3 q / k / v, bf16 out,
 the fixed fp8 tile: 128 x 64, 4 warps, 3 stages), in the four CLIP_LEFT / CLIP_RIGHT variants, go
-through triton.compile for GPUTarget("cuda", 90, 32); the PTX is compared without its debug
-sections and line labels, and each variant's registers and spills (ptxas, Triton's metadata) are
-printed for both trees (cuobjdump -res-usage of the cubin Triton built).
+through triton.compile for GPUTarget("cuda", 90, 32) with the specializations Triton's JIT gives
+a launch (pointers and integer arguments divisible by 16, unit strides as the constant 1; the fp8
+forward's V is keys-contiguous); the PTX is compared without its debug sections and line labels,
+and each variant's registers and stack (cuobjdump -res-usage of the cubin Triton built) are printed
+for both trees. With those specializations the fp8 forward's resources and loads match the kernels
+Triton 3.6 built on the H200 (stack 0 / 304 B, 64 / 128 byte loads of V, session 23).
 
     python benchmarks/experiments/triton_ptx_compare.py OLD_TREE NEW_TREE
 """
@@ -20,17 +23,21 @@ PTRS = {"Lse": "*fp32", "Delta": "*fp32", "CuQ": "*i32", "CuK": "*i32", "Slopes"
 FLOATS = {"scale", "softcap", "keep_scale"}
 COMMON = dict(BLOCK_D=128, VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_DROPOUT=False,
               DOT_PRECISION="ieee", PAD_D=False)
-# name: (kernel, its constexprs, launch options, pointer types that differ from bf16)
+# name: (kernel, its constexprs, launch options, pointer types that differ from bf16, unit strides)
 LAUNCH = dict(num_warps=8, num_stages=2)
 FP8_POINTERS = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "V": "*fp8e4nv"}
 CASES = {
     "attention_forward_kernel": ("attention_forward_kernel", dict(BLOCK_M=128, BLOCK_N=64, IS_FP8=False,
-                                                                  INTERPRETER_ROUNDING=False), LAUNCH, {}),
-    "attention_backward_dkdv_kernel": ("attention_backward_dkdv_kernel", dict(BLOCK_M=64, BLOCK_N=128), LAUNCH, {}),
-    "attention_backward_dq_kernel": ("attention_backward_dq_kernel", dict(BLOCK_M=128, BLOCK_N=64), LAUNCH, {}),
+                                                                  INTERPRETER_ROUNDING=False), LAUNCH, {},
+                                 ("stride_vd",)),
+    "attention_backward_dkdv_kernel": ("attention_backward_dkdv_kernel", dict(BLOCK_M=64, BLOCK_N=128), LAUNCH, {},
+                                       ()),
+    "attention_backward_dq_kernel": ("attention_backward_dq_kernel", dict(BLOCK_M=128, BLOCK_N=64), LAUNCH, {}, ()),
     "fp8_forward": ("attention_forward_kernel", dict(BLOCK_M=128, BLOCK_N=64, IS_FP8=True, INTERPRETER_ROUNDING=False),
-                    dict(num_warps=4, num_stages=3), FP8_POINTERS),
+                    dict(num_warps=4, num_stages=3), FP8_POINTERS, ("stride_vs",)),
 }
+# Integer arguments a launch does not pass as multiples of 16 (so the JIT does not mark them).
+NOT_DIVISIBLE = {"total_q", "total_k", "left", "right", "keep_threshold"}
 
 
 def signature(fn, pointers):
@@ -45,6 +52,19 @@ def signature(fn, pointers):
             return "*bf16"
         return "fp32" if p.name in FLOATS else "i32"
     return {p.name: kind(p) for p in fn.params}
+
+
+def specialized(fn, pointers, constexprs, unit_strides):
+    """(signature, constexprs, attrs) as Triton's JIT specializes a launch: the unit strides become
+    the constant 1, pointers and the other integer arguments (but NOT_DIVISIBLE) divisible by 16."""
+    types = signature(fn, pointers)
+    constexprs = dict(constexprs)
+    for name in unit_strides:
+        types[name] = "constexpr"
+        constexprs[name] = 1
+    attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name, kind in types.items()
+             if kind.startswith("*") or (kind == "i32" and name not in NOT_DIVISIBLE)}
+    return types, constexprs, attrs
 
 
 def instructions(ptx):
@@ -65,13 +85,14 @@ def dump(tree, out):
     from flash_attn.triton import kernels
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    for name, (kernel, tiles, launch, pointers) in CASES.items():
+    for name, (kernel, tiles, launch, pointers, unit_strides) in CASES.items():
         fn = getattr(kernels, kernel)
         for left in (False, True):
             for right in (False, True):
                 consts = {k: v for k, v in dict(COMMON, **tiles, CLIP_LEFT=left, CLIP_RIGHT=right).items()
                           if k in fn.arg_names}
-                compiled = triton.compile(ASTSource(fn, signature(fn, pointers), constexprs=consts),
+                types, consts, attrs = specialized(fn, pointers, consts, unit_strides)
+                compiled = triton.compile(ASTSource(fn, types, constexprs=consts, attrs=attrs),
                                           target=GPUTarget("cuda", 90, 32), options=launch)
                 stem = os.path.join(out, f"{name}_{int(left)}{int(right)}")
                 with open(stem + ".ptx", "w") as f:

@@ -45,11 +45,10 @@ def _blocks(headdim_padded):
 # v22, triton_fp8_speed.py): the fastest of seven tiles in every cell, 3-5% ahead of 128 x 128 with
 # 8 warps and 3-4 stages, 14-26% ahead of the 16-bit forward's 64 x 64, 26-35% ahead of 128 x 64
 # with 8 warps. Under a right window (causal) it runs FP8_RIGHT_WINDOW_TILE: since the masked key
-# walk is a loop of its own (session 20) the 4-warp tile spills 864 B there (496 B without it;
-# triton_ptx_compare.py, Triton 3.6, sm_90) and ran the causal fp8 forward at 0.40-0.43 of the
-# bf16 one; 128 x 128 with 8 warps (8 B) ran it at 0.65-0.73, 128 x 64 with 8 warps at 0.58-0.64
-# (H200, hd 128, 4k-16k; NOTES.md "Triton backend (#9), session 23"). Non-causal the 4-warp tile
-# stays ahead (0.81-0.95 against 0.73-0.83).
+# walk is a loop of its own (session 20) the 4-warp tile spills 304 B there (none without it; Triton
+# 3.6, sm_90) and ran the causal fp8 forward at 0.40-0.43 of the bf16 one; 128 x 128 with 8 warps
+# ran it at 0.65-0.73, 128 x 64 with 8 warps at 0.58-0.64 (H200, hd 128, 4k-16k; NOTES.md "Triton
+# backend (#9), session 23"). Non-causal the 4-warp tile stays ahead (0.81-0.95 against 0.73-0.83).
 FP8_FORWARD_TILE = tuning.Tile(128, 64, 4, 3)
 FP8_RIGHT_WINDOW_TILE = tuning.Tile(128, 128, 8, 3)
 
