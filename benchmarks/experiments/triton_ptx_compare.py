@@ -98,10 +98,10 @@ def dump(tree, out):
                 with open(stem + ".ptx", "w") as f:
                     f.write(instructions(compiled.asm["ptx"]))
                 with open(stem + ".regs", "w") as f:
-                    f.write(ptxas_resources(compiled.asm["cubin"], stem + ".cubin"))
+                    f.write(cubin_resources(compiled.asm["cubin"], stem + ".cubin"))
 
 
-def ptxas_resources(cubin, path):
+def cubin_resources(cubin, path):
     """'REG:n STACK:n SHARED:n LOCAL:n ...' of the kernel Triton's ptxas built (cuobjdump -res-usage
     of its cubin: LOCAL is the spill space)."""
     import triton
