@@ -225,6 +225,17 @@ def _full_query_blocks(n0, lo, hi, seqlen_q, seqlen_k, left, right, BLOCK_M: tl.
 
 
 @triton.jit
+def _block_indices(start, BLOCK: tl.constexpr):
+    """start + [0, BLOCK): the indices of the block that starts at `start`, a multiple of BLOCK (a
+    walk's loop variable), written so that Triton's alignment analysis sees the multiple: a
+    tl.multiple_of hint on a loop's induction variable reached none of Triton 3.6's passes (it has
+    no defining op to carry it), and without it the fp8 forward's keys-contiguous V was read with byte
+    loads outside the software pipeline (64 LDG.E.U8 a thread per step at hd 128, sm_90;
+    benchmarks/NOTES.md "Triton backend (#9), session 23")."""
+    return start // BLOCK * BLOCK + tl.arange(0, BLOCK)
+
+
+@triton.jit
 def _walk_part(part: tl.constexpr, lo, full_lo, full_hi, hi):
     """Bounds [start, stop) of part `part` of a walk split by _full_key_blocks / _full_query_blocks:
     0 the masked blocks before the whole ones, 1 the blocks seen whole (no mask), 2 the masked
@@ -344,7 +355,7 @@ def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, 
     """The forward's walk over the key blocks [start, stop) (multiples of BLOCK_N): returns acc, m_i,
     l_i updated. MASKED False: every key of every block is visible (_full_key_blocks)."""
     for n0 in range(start, stop, BLOCK_N):
-        cols = tl.multiple_of(n0, BLOCK_N) + tl.arange(0, BLOCK_N)
+        cols = _block_indices(n0, BLOCK_N)
         k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED, PAD_D)
         v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, stride_vd, MASKED, PAD_D)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
@@ -473,7 +484,7 @@ def _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, start, stop, cols, dims, headd
     operands of dV += P^T dO and dK += dS^T Q as they come out of the MMA, with no transpose through
     shared memory. MASKED False: every query of the blocks sees every key (_full_query_blocks)."""
     for m0 in range(start, stop, BLOCK_M):
-        rows = tl.multiple_of(m0, BLOCK_M) + tl.arange(0, BLOCK_M)
+        rows = _block_indices(m0, BLOCK_M)
         q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh,
                             PAD_D)
         do = _load_row_block(DOut, batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os, stride_oh,
@@ -548,7 +559,7 @@ def _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, start, stop, rows, dims
     """dQ (unscaled) of the query block `rows` over the key blocks [start, stop); MASKED False: every
     key of the blocks is visible to every query (_full_key_blocks)."""
     for n0 in range(start, stop, BLOCK_N):
-        cols = tl.multiple_of(n0, BLOCK_N) + tl.arange(0, BLOCK_N)
+        cols = _block_indices(n0, BLOCK_N)
         k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED, PAD_D)
         v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, 1, MASKED, PAD_D)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
