@@ -44,10 +44,11 @@ def _blocks(headdim_padded):
 # Non-causal: 128 queries x 64 keys, 4 warps, 3 stages; swept on an H100 (triton 3.6, hd 128, 4k-16k
 # tokens; benchmarks/NOTES.md v22, triton_fp8_speed.py) and again on an H200 once V's key blocks had
 # an alignment the compiler sees (kernels._block_indices; NOTES.md "Triton backend (#9), session 24"):
-# fastest or within 1% of it at 4k / 8k / 16k. Under a right window (causal), by the longest key walk:
-# 64 x 64 with 4 warps up to FP8_SHORT_WALK_KEYS keys (4k: 1.14x of the bf16 forward against 1.05x
-# for 128 x 128 with 8 warps; 8k: 1.31x against 1.29x), 128 x 128 with 8 warps beyond (16k: 1.42x
-# against 1.30x).
+# the fastest swept at 4k / 8k / 16k (up to the runs' noise). Under a right window (causal), by key length:
+# 64 x 64 with 4 warps up to FP8_SHORT_WALK_KEYS keys, 128 x 128 with 8 warps beyond. fp8 / bf16 in
+# two H200 sweeps (V copied by torch, then by keys_contiguous_kernel): 4k 1.14 / 1.50 against 1.05 /
+# 1.40; 8k 1.31 / 1.38-1.48 against 1.29 / 1.48 (even: the second sweep's two 64 x 64 runs differed
+# by 7%); 16k 1.30 / 1.50 against 1.42 / 1.56.
 FP8_FORWARD_TILE = tuning.Tile(128, 64, 4, 3)
 FP8_SHORT_RIGHT_WINDOW_TILE = tuning.Tile(64, 64, 4, 3)
 FP8_RIGHT_WINDOW_TILE = tuning.Tile(128, 128, 8, 3)
