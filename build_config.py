@@ -44,7 +44,7 @@ ALL_CUDA_ARCHS = ("80", "86", "89", "90")
 DEFAULT_ROCM_ARCHS = "gfx90a;gfx942"  # MI200 (CDNA2) and MI300 (CDNA3)
 FEATURE_FLAGS = ("DROPOUT", "SOFTCAP", "ALIBI", "LOCAL", "VARLEN")
 # Kernel sources compiled once whatever the dtype / head dim selection.
-SHARED_KERNEL_SOURCES = ("csrc/flash/dropout_mask.cu",)
+SHARED_KERNEL_SOURCES = ("csrc/flash/dropout_mask.cu", "csrc/flash/fp8_v_layout.cu")
 # The torch-facing C++: the ops' CUDA implementations (training, kvcache) and the CUDA autograd of
 # flash_attn::fwd.
 TORCH_SOURCES = ("csrc/torch/ops.cpp", "csrc/torch/ops_kvcache.cpp", "csrc/torch/ops_fp8.cpp", "csrc/torch/autograd.cpp")

@@ -184,8 +184,8 @@ fwd_bf16_hd96 bwd_bf16_hd96 fwd_kvcache_bf16_hd96 fwd_bf16_hd128 bwd_bf16_hd128 
 fwd_bf16_hd192 bwd_bf16_hd192 fwd_kvcache_bf16_hd192 fwd_bf16_hd256 bwd_bf16_hd256 fwd_kvcache_bf16_hd256
 """.split()
 _FP8_KERNEL_SOURCES = ["fwd_fp8_hd128", "fwd_fp8_hd256"]
-_OTHER_SOURCES = ["csrc/flash/dropout_mask.cu", "csrc/torch/ops.cpp", "csrc/torch/ops_kvcache.cpp",
-                  "csrc/torch/ops_fp8.cpp", "csrc/torch/autograd.cpp"]
+_OTHER_SOURCES = ["csrc/flash/dropout_mask.cu", "csrc/flash/fp8_v_layout.cu", "csrc/torch/ops.cpp",
+                  "csrc/torch/ops_kvcache.cpp", "csrc/torch/ops_fp8.cpp", "csrc/torch/autograd.cpp"]
 _ALL_DISABLED = ["-DFLASH_ATTN_DISABLE_DROPOUT", "-DFLASH_ATTN_DISABLE_SOFTCAP", "-DFLASH_ATTN_DISABLE_ALIBI",
                  "-DFLASH_ATTN_DISABLE_LOCAL", "-DFLASH_ATTN_DISABLE_VARLEN"]
 RECORDED_CUDA_EXTENSIONS = {  # case: (build variables, kernel sources, cxx flags, nvcc flags)

@@ -195,8 +195,9 @@ def test_forward_launch_options(monkeypatch):
     """The forward's fixed launch: the portable 64 x 64 / 32 x 32 blocks with Triton's default warps
     and stages for fp32, CPU tensors and (on ROCm) everything 16-bit; on NVIDIA GPUs 16-bit inputs
     up to head dim 128 take NVIDIA_16BIT_FORWARD_TILES (by head dim and right window); fp8 up to head
-    dim 128 takes FP8_FORWARD_TILE, or FP8_RIGHT_WINDOW_TILE under a right window (not on ROCm);
-    each variable overrides its own."""
+    dim 128 takes FP8_FORWARD_TILE, or under a right window FP8_SHORT_RIGHT_WINDOW_TILE up to
+    FP8_SHORT_WALK_KEYS keys and FP8_RIGHT_WINDOW_TILE beyond (not on ROCm); each variable overrides
+    its own."""
     from flash_attn.triton import attention
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
@@ -212,8 +213,13 @@ def test_forward_launch_options(monkeypatch):
         assert attention._forward_launch(block_d, dtype, cuda, right_window) == expected
     if nvidia:
         assert attention._forward_launch(128, attention.FP8_DTYPE, cuda) == attention.FP8_FORWARD_TILE.launch_options()
-        assert (attention._forward_launch(128, attention.FP8_DTYPE, cuda, right_window=True)
+        short, long = attention.FP8_SHORT_WALK_KEYS, attention.FP8_SHORT_WALK_KEYS + 1
+        assert (attention._forward_launch(128, attention.FP8_DTYPE, cuda, right_window=True, seqlen_k=short)
+                == attention.FP8_SHORT_RIGHT_WINDOW_TILE.launch_options())
+        assert (attention._forward_launch(128, attention.FP8_DTYPE, cuda, right_window=True, seqlen_k=long)
                 == attention.FP8_RIGHT_WINDOW_TILE.launch_options())
+        assert (attention._forward_launch(128, attention.FP8_DTYPE, cuda, seqlen_k=long)
+                == attention.FP8_FORWARD_TILE.launch_options())
     monkeypatch.setenv(tuning.FP8_FORWARD_TILE_VARIABLE, "128,64,4,2")
     assert attention._forward_launch(64, attention.FP8_DTYPE, cuda) == dict(BLOCK_M=128, BLOCK_N=64, num_warps=4,
                                                                              num_stages=2)

@@ -85,6 +85,18 @@ def test_fp8_walk_of_small_tiles(monkeypatch, name):
     assert_fp8_close(out.cpu(), lse.cpu(), *references(q8, k8, v8, descales, 64 ** -0.5, **options))
 
 
+@pytest.mark.parametrize("shape", [(2, 100, 3, 96), (150, 2, 128)], ids=["dense_hd96", "varlen_hd128"])
+def test_keys_contiguous_copies_v(shape):
+    """attention.keys_contiguous (the fp8 forward's V, fp8_kernels.keys_contiguous_kernel): the same
+    values with the keys contiguous, for a key count that ends inside a 64-key program and a head
+    dim below its power-of-two block; v a strided view (every other head of a wider tensor)."""
+    wide = torch.randn(*shape[:-2], 2 * shape[-2], shape[-1]).to(FP8).to(DEVICE)
+    v = wide[..., ::2, :]
+    copied = triton_backend.attention.keys_contiguous(v)
+    assert copied.shape == v.shape and copied.stride(-3) == 1  # keys: the first dim (varlen) or the second
+    assert torch.equal(copied.view(torch.uint8).cpu(), v.view(torch.uint8).cpu())
+
+
 def test_fp8_without_descales_is_descale_one():
     """None descales mean 1.0 (FlashAttention 3's default): inputs already in e4m3's range; head
     dim 16 (the kernel's head block is then 32, tl.dot's smallest for 8-bit operands)."""

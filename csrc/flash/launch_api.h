@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "fp8_v_order.h"
 #include "params.h"
 
 namespace flash {
@@ -26,7 +27,7 @@ cudaError_t run_bwd(const BwdParams& params, cudaStream_t stream);
 
 // The fp8 (e4m3) forward on Hopper (launch_fwd_fp8.cuh): dense q, k (batch, seqlen, heads, headdim)
 // and V transposed, (batch, heads_k, headdim, fp8_transposed_v_keys(seqlen_k)) with its keys permuted
-// as arch/sm90_fp8.cuh says; bf16 out. can_run_fwd_fp8 says whether this binary's kernel runs on
+// as fp8_v_order.h says; bf16 out. can_run_fwd_fp8 says whether this binary's kernel runs on
 // `device` (sm_90a image, no FLASH_ATTN_DISABLE_SM90); run_fwd_fp8 returns cudaErrorNotSupported
 // where it cannot.
 template <int kHeadDim>
@@ -34,8 +35,12 @@ cudaError_t run_fwd_fp8(const FwdParams& params, const Fp8Descales& descales, cu
 template <int kHeadDim>
 cudaError_t can_run_fwd_fp8(int device, bool& usable);
 
-// Keys per row of the fp8 forward's transposed V: whole 32-key groups of its key permutation.
-constexpr int64_t fp8_transposed_v_keys(int64_t seqlen_k) { return (seqlen_k + 31) / 32 * 32; }
+// Builds that V (fp8_v_order.h) from v (batch, seqlen_k, heads_k, headdim) e4m3 bytes with the given
+// byte strides (16-byte aligned, as are v and out) into out, contiguous. cudaErrorInvalidValue for a
+// head dim that is not a multiple of 16 up to 256.
+cudaError_t run_fp8_transposed_v(const uint8_t* v, int64_t batch_stride, int64_t key_stride, int64_t head_stride,
+                                 int batch, int seqlen_k, int heads_k, int headdim, uint8_t* out,
+                                 cudaStream_t stream);
 
 // flash_attn_with_kvcache: appends the new tokens to the cache (keys rotated), then attends (queries
 // rotated as they are loaded);

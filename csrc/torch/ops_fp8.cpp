@@ -83,18 +83,18 @@ at::Tensor tma_ready(const at::Tensor& t) {
   return ready ? t : t.contiguous();
 }
 
-// V (batch, seqlen_k, heads_k, headdim) -> (batch, heads_k, headdim, keys), keys =
-// fp8_transposed_v_keys(seqlen_k) zero-padded, with key 16 h + 8 i + 2 t + j of every 32-key group at
-// position 16 h + 4 t + 2 i + j (arch/sm90_fp8.cuh: fp8_v_key_at): one copy through a view that
-// splits a group's key index into its bits (h, i, t, j) and reorders them to (h, t, i, j). The
-// copies run on bytes (e4m3 has few kernels).
-at::Tensor transposed_permuted_v(const at::Tensor& v) {
+// V (batch, seqlen_k, heads_k, headdim) -> the fp8 forward's transposed V (flash/fp8_v_order.h), built
+// by flash::run_fp8_transposed_v from a 16-byte aligned V (tma_ready).
+at::Tensor transposed_permuted_v(const at::Tensor& v_in) {
+  const auto v = tma_ready(v_in);
   const int64_t batch = v.size(0), seqlen_k = v.size(1), heads_k = v.size(2), headdim = v.size(3);
-  const int64_t keys = flash::fp8_transposed_v_keys(seqlen_k);
-  auto bytes = v.view(at::kByte);
-  if (keys != seqlen_k) bytes = at::constant_pad_nd(bytes, {0, 0, 0, 0, 0, keys - seqlen_k});
-  const auto bits = bytes.view({batch, keys / 32, 2, 2, 4, 2, heads_k, headdim});  // (.., group, h, i, t, j, ..)
-  return bits.permute({0, 6, 7, 1, 2, 4, 3, 5}).contiguous().view({batch, heads_k, headdim, keys});
+  auto out = at::empty({batch, heads_k, headdim, flash::fp8_transposed_v_keys(seqlen_k)}, v.options());
+  const cudaError_t err = flash::run_fp8_transposed_v(
+      static_cast<const uint8_t*>(v.data_ptr()), v.stride(0), v.stride(1), v.stride(2), static_cast<int>(batch),
+      static_cast<int>(seqlen_k), static_cast<int>(heads_k), static_cast<int>(headdim),
+      static_cast<uint8_t*>(out.data_ptr()), at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "flash_attn: the fp8 forward's V layout kernel failed: ", cudaGetErrorString(err));
+  return out;
 }
 
 flash::FwdParams fp8_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v_transposed,

@@ -17,7 +17,7 @@ import triton
 
 from .. import dropout as dropout_lib
 from ..ops import FP8_OUT_DTYPE
-from . import kernels, tuning
+from . import fp8_kernels, kernels, tuning
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FP8_DTYPE = torch.float8_e4m3fn
@@ -40,17 +40,27 @@ def _blocks(headdim_padded):
     return (64, 64) if headdim_padded <= 128 else (32, 32)
 
 
-# The fp8 forward's fixed tile up to head dim 128 on NVIDIA GPUs: 128 queries x 64 keys, 4 warps, 3
-# stages. Swept on an H100 (triton 3.6, hd 128, 4k-16k tokens, causal and not; benchmarks/NOTES.md
-# v22, triton_fp8_speed.py): the fastest of seven tiles in every cell, 3-5% ahead of 128 x 128 with
-# 8 warps and 3-4 stages, 14-26% ahead of the 16-bit forward's 64 x 64, 26-35% ahead of 128 x 64
-# with 8 warps. Under a right window (causal) it runs FP8_RIGHT_WINDOW_TILE: since the masked key
-# walk is a loop of its own (session 20) the 4-warp tile spills 304 B there (none without it; Triton
-# 3.6, sm_90) and ran the causal fp8 forward at 0.40-0.43 of the bf16 one; 128 x 128 with 8 warps
-# ran it at 0.65-0.73, 128 x 64 with 8 warps at 0.58-0.64 (H200, hd 128, 4k-16k; NOTES.md "Triton
-# backend (#9), session 23"). Non-causal the 4-warp tile stays ahead (0.81-0.95 against 0.73-0.83).
+# The fp8 forward's fixed tiles up to head dim 128 on NVIDIA GPUs (BLOCK_M, BLOCK_N, warps, stages).
+# Non-causal: 128 queries x 64 keys, 4 warps, 3 stages; swept on an H100 (triton 3.6, hd 128, 4k-16k
+# tokens; benchmarks/NOTES.md v22, triton_fp8_speed.py) and again on an H200 once V's key blocks had
+# an alignment the compiler sees (kernels._block_indices; NOTES.md "Triton backend (#9), session 24"):
+# the fastest swept at 4k / 8k / 16k (up to the runs' noise). Under a right window (causal), by key length:
+# 64 x 64 with 4 warps up to FP8_SHORT_WALK_KEYS keys, 128 x 128 with 8 warps beyond. fp8 / bf16 in
+# two H200 sweeps (V copied by torch, then by keys_contiguous_kernel): 4k 1.14 / 1.50 against 1.05 /
+# 1.40; 8k 1.31 / 1.38-1.48 against 1.29 / 1.48 (even: the second sweep's two 64 x 64 runs differed
+# by 7%); 16k 1.30 / 1.50 against 1.42 / 1.56.
 FP8_FORWARD_TILE = tuning.Tile(128, 64, 4, 3)
+FP8_SHORT_RIGHT_WINDOW_TILE = tuning.Tile(64, 64, 4, 3)
 FP8_RIGHT_WINDOW_TILE = tuning.Tile(128, 128, 8, 3)
+FP8_SHORT_WALK_KEYS = 8192
+
+
+def _fp8_tile(right_window, seqlen_k):
+    """The fp8 forward's fixed tile: by whether a right window bounds the keys, and then by seqlen_k."""
+    if not right_window:
+        return FP8_FORWARD_TILE
+    return FP8_SHORT_RIGHT_WINDOW_TILE if seqlen_k <= FP8_SHORT_WALK_KEYS else FP8_RIGHT_WINDOW_TILE
+
 
 # The 16-bit tiles on NVIDIA GPUs, up to head dim 128 (BLOCK_M, BLOCK_N, warps, stages), from an H200
 # run (triton 3.6, 16 heads, 16k tokens; benchmarks/NOTES.md v25, results/nvidia-h200_2026-11-27_v25/
@@ -90,17 +100,16 @@ def _launch_options(tile, block_d):
     return tile.launch_options()
 
 
-def _forward_launch(block_d, dtype, device, right_window=False):
+def _forward_launch(block_d, dtype, device, right_window=False, seqlen_k=0):
     """The forward's fixed launch options: the tile of tuning.py's experiment variable where set, else
-    FP8_FORWARD_TILE (FP8_RIGHT_WINDOW_TILE under a right window) for fp8 up to head dim 128 (not on
-    ROCm, whose fp8 keeps the portable tile),
+    _fp8_tile's for fp8 up to head dim 128 (not on ROCm, whose fp8 keeps the portable tile),
     NVIDIA_16BIT_FORWARD_TILES for 16-bit inputs on NVIDIA GPUs up to head dim 128 (by head dim and
     whether a right window, causal included, bounds the keys), else the portable blocks."""
     fp8 = dtype == FP8_DTYPE
     tile = tuning.tile_from_environment(tuning.FP8_FORWARD_TILE_VARIABLE if fp8 else tuning.FORWARD_TILE_VARIABLE,
                                         None)
     if tile is None and fp8 and block_d <= 128 and torch.version.hip is None:
-        tile = FP8_RIGHT_WINDOW_TILE if right_window else FP8_FORWARD_TILE
+        tile = _fp8_tile(right_window, seqlen_k)
     if tile is None and _nvidia_16bit(block_d, dtype, device):
         tile = NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
     return _launch_options(tile, block_d)
@@ -206,15 +215,30 @@ def check_tensors(dtypes=DTYPES, **tensors):
             raise ValueError(f"flash_attn Triton backend: {name} must have a contiguous last dimension")
 
 
+# Keys per program of the V transpose: 64 x hd 128 bytes of fp8, the size of one forward key block.
+KEYS_CONTIGUOUS_BLOCK_K = 64
+
+
 def keys_contiguous(v):
     """v with the same shape and values, stored so that each (head, dim) column of keys is contiguous
     (the key dim's stride 1): the B operand of P.V in the layout Hopper's fp8 MMA reads (it takes
     8-bit operands K-major only, and P.V reduces over the keys), as Triton's fp8 attention tutorial
-    prepares V. One copy of V per call. Measured without it (H100, hd 128, 16k tokens): the fp8
-    forward at 0.41-0.62x of the bf16 one (benchmarks/experiments/triton_fp8_speed.py)."""
-    if v.dim() == 4:  # dense (batch, seqlen, heads, headdim)
-        return v.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
-    return v.permute(1, 2, 0).contiguous().permute(2, 0, 1)  # varlen (total, heads, headdim)
+    prepares V. One copy of V per call, by fp8_kernels.keys_contiguous_kernel: torch's copy of the
+    permuted bytes took ~185 us at 16k tokens x 16 heads x hd 128 on an H200, a fifth of the 4k-key
+    forward (benchmarks/NOTES.md v29). Measured without the transpose (H100, hd 128, 16k tokens): the
+    fp8 forward at 0.41-0.62x of the bf16 one (benchmarks/experiments/triton_fp8_speed.py)."""
+    dense = v.dim() == 4  # dense (batch, seqlen, heads, headdim), else varlen (total, heads, headdim)
+    v4 = v if dense else v.unsqueeze(0)
+    batch, seqlen, heads, headdim = v4.shape
+    out = torch.empty((batch, heads, headdim, seqlen), dtype=v.dtype, device=v.device)
+    if out.numel():
+        grid = (triton.cdiv(seqlen, KEYS_CONTIGUOUS_BLOCK_K), heads, batch)
+        fp8_kernels.keys_contiguous_kernel[grid](v4, out, seqlen, v4.stride(0), v4.stride(1), v4.stride(2),
+                                                 *out.stride()[:3], HEADDIM=headdim,
+                                                 BLOCK_D=triton.next_power_of_2(headdim),
+                                                 BLOCK_K=KEYS_CONTIGUOUS_BLOCK_K)
+    out = out.permute(0, 3, 1, 2)
+    return out if dense else out[0]
 
 
 def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
@@ -240,7 +264,7 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
     descales = descales if fp8 else slopes  # any pointer when unread
     if fp8:
         v = keys_contiguous(v)
-    launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=pr.right >= 0)
+    launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=pr.right >= 0, seqlen_k=pr.seqlen_k)
     _forward_kernel(
         pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, pr.rng_state, descales, *pr.strides(q),
         *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out), *pr.vector_strides(lse), slope_stride,

@@ -64,3 +64,18 @@ def _output(out, dtype: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr):
     if INTERPRETER_ROUNDING:
         out = _round_to_bf16_grid(out)
     return out.to(dtype)
+
+
+@triton.jit
+def keys_contiguous_kernel(V, Out, seqlen, stride_vb, stride_vs, stride_vh, stride_ob, stride_oh, stride_od,
+                           HEADDIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Out[batch, head, d, key] = V[batch, key, head, d] for BLOCK_K keys of one (batch, head): V's
+    rows in, their transpose out (Triton stages it through shared memory), both sides coalesced.
+    The head dim of V is contiguous, as are the keys of Out."""
+    key_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    keys = key_block * BLOCK_K + tl.arange(0, BLOCK_K)
+    dims = tl.arange(0, BLOCK_D)
+    inside = (keys[:, None] < seqlen) & (dims[None, :] < HEADDIM)
+    rows = tl.load(V + batch * stride_vb + head * stride_vh + keys[:, None] * stride_vs + dims[None, :], mask=inside)
+    columns = Out + batch * stride_ob + head * stride_oh + dims[:, None] * stride_od + keys[None, :]
+    tl.store(columns, tl.trans(rows), mask=tl.trans(inside))

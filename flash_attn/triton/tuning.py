@@ -7,8 +7,8 @@ Without it, each kernel launches with the fixed tile its host chooses (attention
 attention._backward_launches, kvcache._blocks): on NVIDIA GPUs, for 16-bit inputs up to head dim
 128, a tile per kernel and head dim with its warps and stages (attention.py says which and why);
 elsewhere (fp32, head dims above 128, ROCm) the 64 x 64 / 32 x 32 blocks with Triton's default
-num_warps / num_stages; the fp8 forward's own tiles (attention.FP8_FORWARD_TILE, and
-FP8_RIGHT_WINDOW_TILE under a causal / right window). The variables
+num_warps / num_stages; the fp8 forward's own tiles (attention._fp8_tile: FP8_FORWARD_TILE, and under
+a causal / right window one of two by the key length). The variables
 below (FORWARD_TILE_VARIABLE, FP8_FORWARD_TILE_VARIABLE, DKDV_TILE_VARIABLE, DQ_TILE_VARIABLE)
 replace a kernel's fixed tile for experiments.
 

@@ -8,7 +8,7 @@
 // keys 8j + 2t and 8j + 2t + 1 of rows g (registers 0, 1) and g + 8 (2, 3). Within a 32-key k-step
 // a lane therefore holds keys {2t, 2t + 1, 8 + 2t, 9 + 2t} and the same plus 16, where its A
 // fragment wants k {4t .. 4t + 3} and the same plus 16. Rather than exchanging values, the forward
-// stores V transposed with the keys of every 32-key group permuted (the op builds it: csrc/torch),
+// stores V transposed with the keys of every 32-key group permuted (fp8_v_layout.cu builds it),
 //   position k = 16 h + 4 t + 2 i + j  holds key  16 h + 8 i + 2 t + j   (h, i, j in {0, 1}),
 // so that each lane's own probabilities are its A fragment: a sum over keys does not depend on
 // their order as long as P and V agree on it.
@@ -18,15 +18,15 @@
 
 #include <cuda_fp8.h>
 
+#include "../fp8_v_order.h"
+
 namespace flash {
 namespace arch {
 
 using Fp8E4m3 = __nv_fp8_e4m3;  // the fp8 forward's element type (wgmma .e4m3)
 
-constexpr int kFp8KeyGroup = 32;  // keys per 8-bit k-step, the period of the V key permutation
-
-// The key stored at position k (0..31) of a 32-key group of the transposed V.
-__host__ __device__ constexpr int fp8_v_key_at(int k) { return (k & 16) | ((k & 2) << 2) | ((k >> 1) & 6) | (k & 1); }
+using flash::fp8_v_key_at;  // the transposed V's key order (fp8_v_order.h)
+using flash::kFp8KeyGroup;
 
 // Four fp32 -> four e4m3 bytes, x0 in the lowest byte; round to nearest even, saturating at +-448.
 __device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
