@@ -4,9 +4,10 @@
 //
 // One block moves a tile of 64 keys x headdim: coalesced 16-byte loads of the key rows into shared
 // memory (swizzled), then each thread gathers 16 output bytes (16 keys of one head-dim row) and
-// stores them as one 16-byte chunk. A view-and-copy in torch (an 8-dimensional permute of bytes) ran at ~350 GB/s:
-// ~185 us per call at 16k tokens x 16 heads x hd 128 on an H200, a fifth of the 4k-key fp8 forward
-// (benchmarks/NOTES.md v29). Plain CUDA (no PTX): it hipifies with the other shared sources.
+// stores them as one 16-byte chunk. At 16k tokens x 16 heads x hd 128 on an H200 (benchmarks/NOTES.md
+// v29): 20 us a call; torch's copy of an 8-dimensional permute of the bytes took ~185 us (a fifth of
+// the 4k-key fp8 forward), this kernel with one lane per head-dim row 34 us (half-sector stores).
+// Plain CUDA (no PTX): it hipifies with the other shared sources.
 #include <cstdint>
 
 #include "fp8_v_order.h"
