@@ -71,8 +71,9 @@ def keys_contiguous_kernel(V, Out, seqlen, stride_vb, stride_vs, stride_vh, stri
                            HEADDIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
     """Out[batch, head, d, key] = V[batch, key, head, d] for BLOCK_K keys of one (batch, head): V's
     rows in, their transpose out (Triton stages it through shared memory), both sides coalesced.
-    The head dim of V is contiguous, as are the keys of Out."""
-    key_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    The head dim of V is contiguous, as are the keys of Out. Offsets in int64: a long varlen V passes
+    2^31 bytes."""
+    key_block, head, batch = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
     keys = key_block * BLOCK_K + tl.arange(0, BLOCK_K)
     dims = tl.arange(0, BLOCK_D)
     inside = (keys[:, None] < seqlen) & (dims[None, :] < HEADDIM)
