@@ -191,6 +191,29 @@ def test_walks_of_small_tiles(monkeypatch, name):
                              **mods)
 
 
+def test_offsets_past_int32_are_refused():
+    """The Triton kernels index with 32-bit offsets: a tensor whose farthest element lies 2^31 or more
+    elements from its start is refused with an error naming it (meta tensors: no memory behind them),
+    one just below passes; in flash_attn_with_kvcache the split-KV buffer is checked before the append
+    writes the cache (the append kernel cannot launch on meta tensors, so the error proves the order)."""
+    from flash_attn.triton import attention, kvcache
+
+    limit = attention.OFFSET_LIMIT
+    below = torch.empty_strided((2, 3, 4, 64), (limit - 1 - 2 * 256 - 3 * 64 - 63, 256, 64, 1), device="meta",
+                                dtype=torch.float16)
+    attention.check_tensors(q=below)
+    far = torch.empty_strided((2, 3, 4, 64), (limit, 256, 64, 1), device="meta", dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"Triton backend: v spans \d+ elements.*32-bit offsets"):
+        attention.check_tensors(q=below, v=far)
+    q = torch.empty(1, 8192, 32, 128, device="meta", dtype=torch.float16)  # 128 splits x 2^25 elements
+    cache = torch.empty(1, 8192, 32, 128, device="meta", dtype=torch.float16)
+    new = torch.empty(1, 16, 32, 128, device="meta", dtype=torch.float16)
+    seqlens = torch.zeros(1, device="meta", dtype=torch.int32)
+    with pytest.raises(ValueError, match="split-KV partial outputs"):
+        kvcache.forward_kvcache(q, cache, cache, new, new, None, None, seqlens, None, None, None, 0.1, (-1, -1), 0.0,
+                                False, None, 128)
+
+
 def test_forward_launch_options(monkeypatch):
     """The forward's fixed launch: the portable 64 x 64 / 32 x 32 blocks with Triton's default warps
     and stages for fp32, CPU tensors and (on ROCm) everything 16-bit; on NVIDIA GPUs 16-bit inputs

@@ -206,8 +206,8 @@ class _Problem:
 
 
 def check_tensors(dtypes=DTYPES, **tensors):
-    """Each given tensor (None: absent) is of one of `dtypes` with a contiguous last dimension;
-    errors name the argument."""
+    """Each given tensor (None: absent) is of one of `dtypes` with a contiguous last dimension, and
+    within check_offsets' bound; errors name the argument."""
     for name, t in tensors.items():
         if t is None:
             continue
@@ -217,6 +217,26 @@ def check_tensors(dtypes=DTYPES, **tensors):
             raise TypeError(f"flash_attn Triton backend: {name} must be {allowed}, got {t.dtype}")
         if t.stride(-1) != 1:
             raise ValueError(f"flash_attn Triton backend: {name} must have a contiguous last dimension")
+    check_offsets(**tensors)
+
+
+# The Triton kernels form element offsets as program ids and indices times strides in 32-bit integers
+# (kernels.py, kvcache_kernels.py): an element 2^31 or more elements past a tensor's start would wrap
+# to another address. Such calls are refused; the CUDA kernels use 64-bit offsets.
+OFFSET_LIMIT = 2**31
+
+
+def check_offsets(**tensors):
+    """Each given tensor's farthest element lies less than OFFSET_LIMIT elements from its start, else a
+    ValueError naming it (a keyword may name a buffer the backend allocates, in words)."""
+    for name, t in tensors.items():
+        if t is None or t.numel() == 0:
+            continue
+        span = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+        if span >= OFFSET_LIMIT:
+            raise ValueError(f"flash_attn Triton backend: {name} spans {span + 1} elements from its start; its "
+                             f"kernels index with 32-bit offsets (at most {OFFSET_LIMIT}): split the call, or use "
+                             "the CUDA backend")
 
 
 # Keys per program of the V transpose: 64 x hd 128 bytes of fp8, the size of one forward key block.
@@ -295,6 +315,8 @@ def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.
     slice_shape = (*k.shape[:-2], pr.heads, pr.headdim)
     dk_slices = new(slice_shape, device=k.device, dtype=k.dtype)
     dv_slices = new(slice_shape, device=k.device, dtype=k.dtype)
+    slices = "the per-query-head dK / dV buffer (k's tokens x nheads x headdim)"
+    check_offsets(dout=dout, out=out, **{slices: dk_slices})
     if runs:
         delta = torch.empty_like(lse)  # D = rowsum(dO * O), laid out like lse
         delta_rows = max(16, min(128, 8192 // pr.block_d))

@@ -14,7 +14,7 @@ import triton
 
 from ..reference_kvcache import cache_capacity
 from . import tuning
-from .attention import _dot_precision, check_tensors
+from .attention import _dot_precision, check_offsets, check_tensors
 from .kvcache_kernels import kvcache_append_kernel, kvcache_attention_kernel
 
 APPEND_BLOCK_T = 16
@@ -77,6 +77,10 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
     table = block_table if paged else unused
     stride_bt = block_table.stride(0) if paged else 0
     cache_strides = (*k_cache.stride()[:3], *v_cache.stride()[:3])
+    m_blocks = triton.cdiv(seqlen_q, block_m)
+    splits = _num_splits(num_splits, m_blocks * heads * batch, max(1, triton.cdiv(capacity, block_n)), q.device)
+    out_parts = torch.zeros((splits, batch, seqlen_q, heads, headdim), dtype=torch.float32, device=q.device)
+    check_offsets(**{"the split-KV partial outputs (num_splits x q's elements)": out_parts})  # before the append
     seqlen_new = 0 if k is None else k.shape[1]
     if seqlen_new > 0 and batch > 0:
         kvcache_append_kernel[(triton.cdiv(seqlen_new, APPEND_BLOCK_T), heads_k, batch)](
@@ -85,9 +89,6 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
             max_pages, headdim, rotary_rows, rotary_half, BLOCK_T=APPEND_BLOCK_T, BLOCK_D=block_d, PAGED=paged,
             HAS_BATCH_IDX=cache_batch_idx is not None, HAS_ROTARY=has_rotary, INTERLEAVED=bool(rotary_interleaved),
             enable_fp_fusion=False)  # the rotation rounds each product, as layers/rotary.py does
-    m_blocks = triton.cdiv(seqlen_q, block_m)
-    splits = _num_splits(num_splits, m_blocks * heads * batch, max(1, triton.cdiv(capacity, block_n)), q.device)
-    out_parts = torch.zeros((splits, batch, seqlen_q, heads, headdim), dtype=torch.float32, device=q.device)
     lse_parts = torch.full((splits, batch, heads, seqlen_q), float("inf"), dtype=torch.float32, device=q.device)
     if q.numel() > 0:
         slopes = unused.float() if alibi_slopes is None else alibi_slopes.float().contiguous()
