@@ -222,7 +222,7 @@ def check_tensors(dtypes=DTYPES, **tensors):
 
 # The Triton kernels form element offsets as program ids and indices times strides in 32-bit integers
 # (kernels.py, kvcache_kernels.py): an element 2^31 or more elements past a tensor's start would wrap
-# to another address. Such calls are refused; the CUDA kernels use 64-bit offsets.
+# to another address. Such calls are refused; the CUDA kernels take 64-bit strides (params.h).
 OFFSET_LIMIT = 2**31
 
 
