@@ -75,7 +75,7 @@ def _fp8_tile(right_window, seqlen_k):
 # well as for dQ the backward ran 1.12x, against 1.28x with that dQ tile alone).
 # Since session 24 the hd 128 forward takes 128 x 128 with 8 warps and 3 stages (96 KB of shared memory
 # on sm_90, 64 KB on sm_80 / sm_86 per Triton 3.6's offline compile): against 128 x 64, alternating in
-# one process on an H200, 1.05-1.09x non-causal and 1.01-1.08x causal at 4k / 16k (NOTES.md "Triton
+# one process on an H200, 1.05-1.09x non-causal and 1.01-1.07x causal at 4k / 16k (NOTES.md "Triton
 # backend (#9), session 24"); 128 x 128 with 2 stages ran 0.92-0.93x. Only Hopper has run these tiles.
 # One or two shapes measured per choice; the tile variables of tuning.py select others.
 NVIDIA_16BIT_FORWARD_TILES = {  # (padded head dim, right window): tile

@@ -79,8 +79,11 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
     cache_strides = (*k_cache.stride()[:3], *v_cache.stride()[:3])
     m_blocks = triton.cdiv(seqlen_q, block_m)
     splits = _num_splits(num_splits, m_blocks * heads * batch, max(1, triton.cdiv(capacity, block_n)), q.device)
-    out_parts = torch.zeros((splits, batch, seqlen_q, heads, headdim), dtype=torch.float32, device=q.device)
-    check_offsets(**{"the split-KV partial outputs (num_splits x q's elements)": out_parts})  # before the append
+    parts_shape = (splits, batch, seqlen_q, heads, headdim)
+    # checked before allocating it and before the append writes the cache
+    parts_name = "the split-KV partial outputs (num_splits x q's elements)"
+    check_offsets(**{parts_name: torch.empty(parts_shape, device="meta")})
+    out_parts = torch.zeros(parts_shape, dtype=torch.float32, device=q.device)
     seqlen_new = 0 if k is None else k.shape[1]
     if seqlen_new > 0 and batch > 0:
         kvcache_append_kernel[(triton.cdiv(seqlen_new, APPEND_BLOCK_T), heads_k, batch)](
