@@ -87,6 +87,27 @@ def test_fp8_forward(name, cuda_test_setup):
                                            accumulator_bits=_accumulator_bits(headdim)))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_scores_rising_along_the_walk(causal, cuda_test_setup):
+    """Key blocks whose scores rise block by block in the order the kernel walks them (the last block
+    first), by a little and by far more than fp32's exponent range (2^128 over the earlier max):
+    each step's rescale of O and of the row sum. q and k share a direction u whose weight in k grows
+    toward key 0. (A softmax that let the max lag, benchmarks/NOTES.md v30, failed the rule on the
+    one-query case instead: the dominant probability stopped being exactly 1 in e4m3.)"""
+    headdim, seqlen, block = 128, 1024, 128
+    u = torch.ones(headdim)
+    weights = torch.tensor([12.0, 6.0, 2.0, 1.0, 0.6, 0.3, 0.1, 0.0])  # per 128-key block, walked right to left
+    k_weight = weights.repeat_interleave(block)[:seqlen]
+    q = torch.randn(1, seqlen, 2, headdim) + u
+    k = torch.randn(1, seqlen, 2, headdim) + k_weight[None, :, None, None] * u
+    v = torch.randn(1, seqlen, 2, headdim)
+    quantized = [quantize(x, 2) for x in (q, k, v)]
+    (q8, k8, v8), descales = [x8 for x8, _ in quantized], [d for _, d in quantized]
+    out, lse = _run_op(q8, k8, v8, descales, causal)
+    assert_fp8_close(out, lse, *references(q8, k8, v8, descales, headdim ** -0.5, causal,
+                                           accumulator_bits=_accumulator_bits(headdim)))
+
+
 def test_fp8_without_descales_is_descale_one(cuda_test_setup):
     q8, k8, v8 = (torch.randn(2, 70, 2, 128).to(FP8) for _ in range(3))
     out, lse = _run_op(q8, k8, v8, (None, None, None), causal=True)

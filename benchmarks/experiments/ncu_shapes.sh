@@ -3,7 +3,7 @@
 # comparison, the kernels SDPA's cuDNN backend runs on the same inputs (bf16, hidden 2048, batch x
 # seqlen = 16k). Each profile goes to $OUT/ncu_<who>_<pass>_hd<hd>_<seqlen>_c<causal>.txt.
 # Usage: benchmarks/experiments/ncu_shapes.sh "HD:SEQLEN:CAUSAL:PASS:WHO ..."
-#   PASS fwd | bwd, WHO ours | ours-det (deterministic=True) | cudnn; e.g. "128:16384:0:fwd:ours 128:512:1:fwd:cudnn"
+#   PASS fwd | bwd, WHO ours | ours-det (deterministic=True) | ours-fp8 (e4m3 q, k, v; forward) | cudnn; e.g. "128:16384:0:fwd:ours 128:512:1:fwd:cudnn"
 #   SKIP_BUILD=1 keeps the installed build; FLASH_ATTN_HDIMS as for the build (default "64;128;256").
 #   SECTIONS overrides the ncu sections (default: throughput, memory, occupancy, scheduler, warp states,
 #   launch facts); SOURCE=1 adds the top stall sites (SourceCounters; the build has -lineinfo);
@@ -23,7 +23,9 @@ import flash_attn
 headdim, seqlen, causal, pass_, who = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5]
 shape = (16384 // seqlen, seqlen, 2048 // headdim, headdim)
 q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ == "bwd") for _ in range(3))
-if who.startswith("ours"):
+if who == "ours-fp8":
+    out = flash_attn.flash_attn_func(*(t.to(torch.float8_e4m3fn) for t in (q, k, v)), causal=causal)
+elif who.startswith("ours"):
     out = flash_attn.flash_attn_func(q, k, v, causal=causal, deterministic=who == "ours-det")
 else:
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -39,7 +41,7 @@ section_args=$(for s in $sections; do printf -- "--section %s " "$s"; done)
 for shape in $1; do
   IFS=: read -r hd seqlen causal pass_ who <<< "$shape"
   if [[ $who == ours* ]]; then
-    regex=$([[ $pass_ == fwd ]] && echo "fwd_kernel" || echo "bwd_kernel")
+    regex=$([[ $pass_ == fwd ]] && echo "fwd_(fp8_)?kernel" || echo "bwd_kernel")
   else
     regex=$([[ $pass_ == fwd ]] && echo "fprop|fwd" || echo "dgrad|bprop|bwd")
   fi

@@ -8,7 +8,7 @@
 # build and /tmp/one_call.py of ncu_shapes.sh (run that first, in the same call; its build has
 # -lineinfo).
 # Usage: benchmarks/experiments/ncu_source.sh HD:SEQLEN:CAUSAL[:PASS[:WHO]] ...  (PASS fwd | bwd,
-#   default fwd; WHO ours | ours-det, default ours)
+#   default fwd; WHO ours | ours-det | ours-fp8, default ours)
 set -uo pipefail
 OUT=${OUT:-$PWD/ncu_out}
 pages=/tmp/ncu_source_pages  # every shape of this call, earlier invocations included
@@ -18,7 +18,7 @@ for shape in "$@"; do
   pass_=${pass_:-fwd}; who=${who:-ours}
   tag=${pass_}_${who}_${hd}_${seqlen}_${causal}
   rep=/tmp/rep_$tag
-  ncu --clock-control none --kernel-name "regex:${pass_}_kernel" --launch-count 1 --section SourceCounters \
+  ncu --clock-control none --kernel-name "regex:${pass_}_(fp8_)?kernel" --launch-count 1 --section SourceCounters \
     --section InstructionStats --section WarpStateStats --import-source yes -f -o "$rep" \
     python3 /tmp/one_call.py "$hd" "$seqlen" "$causal" "$pass_" "$who" > /dev/null 2>&1
   ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$pages/src_$tag.csv"

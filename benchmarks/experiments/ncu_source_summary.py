@@ -1,7 +1,9 @@
 """Where a kernel's warps wait, from ncu_source.sh's CSVs (Nsight Compute's source page): the source
 lines with the most warp-stall samples (with their top stall reasons), and the kernel's SASS cut
 into address ranges of N instructions, each with its share of the samples and its heaviest source
-lines, so that a prologue, a step loop or an epilogue shows as one run of ranges.
+lines, so that a prologue, a step loop or an epilogue shows as one run of ranges; then the step
+loop's stall reasons, whole and per opcode (the step loop: the instructions executed within 30% of
+the count that holds the most samples, in a forward the consumer warps' per-step count).
 
     python benchmarks/experiments/ncu_source_summary.py srcmix_fwd_ours_256_512_0.csv \
         src_fwd_ours_256_512_0.csv [--lines 30] [--range 64]
@@ -45,6 +47,31 @@ def source_lines(mix_path):
     return lines, line_of_address
 
 
+def step_loop_stalls(sass, top=14):
+    """The step loop's stall reasons (all samples), whole and by opcode, with executed counts."""
+    stall_names = [name for name in sass[0] if name.startswith("stall_") and "Not Issued" not in name]
+    weight = collections.Counter()
+    for s in sass:
+        if count(s["Instructions Executed"]):
+            weight[count(s["Instructions Executed"])] += count(s["# Samples"])
+    mode = weight.most_common(1)[0][0]
+    loop = [s for s in sass if 0.7 * mode <= count(s["Instructions Executed"]) <= 1.3 * mode]
+    reasons, by_op, executed = collections.Counter(), collections.defaultdict(collections.Counter), collections.Counter()
+    for s in loop:
+        op = [word for word in s["Source"].split() if not word.startswith("@")][0].split(".")[0]
+        executed[op] += count(s["Instructions Executed"])
+        for name in stall_names:
+            reasons[name[6:]] += count(s[name])
+            by_op[op][name[6:]] += count(s[name])
+    total = sum(reasons.values()) or 1
+    print(f"\n## Step loop: {len(loop)} instructions executed ~{mode} times, {total} samples\n")
+    print("  " + ", ".join(f"{name} {100 * n / total:.1f}%" for name, n in reasons.most_common(10)))
+    for op, stalls in sorted(by_op.items(), key=lambda kv: -sum(kv[1].values()))[:top]:
+        samples = sum(stalls.values())
+        top3 = ", ".join(f"{name}={n}" for name, n in stalls.most_common(3))
+        print(f"  {op:10s} {100 * samples / total:5.1f}%  executed {executed[op]:>11d}  {top3}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("mix", help="srcmix_*.csv (CUDA source with SASS)")
@@ -76,6 +103,7 @@ def main():
         executed = max(count(s["Instructions Executed"]) for s in part)
         heaviest = ", ".join(f"{where} ({n})" for where, n in by_line.most_common(3))
         print(f"{part[0]['Address'][-5:]}  {100 * samples / total:5.1f}%  max executed {executed:9d}  {heaviest}")
+    step_loop_stalls(sass)
 
 
 if __name__ == "__main__":
