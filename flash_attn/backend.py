@@ -20,9 +20,10 @@ except ImportError:
 
 
 def op_for(q, name):
-    """torch.ops.flash_attn.<name>.default, or its Triton twin triton_<name> where the backend serves q."""
+    """torch.ops.flash_attn.<name>.default, or its Triton twin triton_<name> where the backend serves q
+    (for "fwd" triton_ops.forward, which runs the op through a cheaper autograd path when eager)."""
     if triton_ops is not None and triton_ops.uses_triton(q):
-        return getattr(torch.ops.flash_attn, f"triton_{name}").default
+        return triton_ops.forward if name == "fwd" else getattr(torch.ops.flash_attn, f"triton_{name}").default
     if triton_ops is None and os.environ.get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE":
         raise RuntimeError("flash_attn: FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE needs triton, which is not installed")
     if q.is_cuda and q.dtype == torch.float32:

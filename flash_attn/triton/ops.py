@@ -86,6 +86,34 @@ torch.library.register_fake("flash_attn::triton_bwd")(flash_ops.bwd_fake)
 torch.library.register_autograd("flash_attn::triton_fwd", flash_ops.backward_through(torch.ops.flash_attn.triton_bwd),
                                 setup_context=flash_ops.fwd_setup_context)
 
+
+
+class _EagerForward(torch.autograd.Function):
+    """flash_attn::triton_fwd with its autograd formula (the one registered above), for eager calls
+    that record gradients. The op's registered autograd wrapper calls torch._library.utils.fill_defaults
+    on every such call, which rebuilds the schema's argument list once per argument: ~50-100 us of
+    Python, a large part of a short call's host time (benchmarks/NOTES.md v30). Inside forward grad
+    mode is off, so the op runs without that wrapper. torch.compile traces the op itself."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = torch.ops.flash_attn.triton_fwd.default(*inputs)
+        flash_ops.fwd_setup_context(ctx, inputs, output)
+        ctx.mark_non_differentiable(output[2])  # rng_state
+        return output
+
+    backward = staticmethod(flash_ops.backward_through(torch.ops.flash_attn.triton_bwd))
+
+
+def forward(*inputs):
+    """flash_attn::triton_fwd on fwd's arguments: through _EagerForward where an eager call records
+    gradients for q, k or v, else the op."""
+    if (torch.is_grad_enabled() and not torch.compiler.is_compiling()
+            and any(t.requires_grad for t in inputs[:3])):
+        return _EagerForward.apply(*inputs)
+    return torch.ops.flash_attn.triton_fwd.default(*inputs)
+
+
 ENABLE_VARIABLE = "FLASH_ATTENTION_TRITON_AMD_ENABLE"
 
 
