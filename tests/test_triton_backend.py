@@ -195,7 +195,8 @@ def test_offsets_past_int32_are_refused():
     """The Triton kernels index with 32-bit offsets: a tensor whose farthest element lies 2^31 or more
     elements from its start is refused with an error naming it (meta tensors: no memory behind them),
     one just below passes; in flash_attn_with_kvcache the split-KV buffer is checked before the append
-    writes the cache (the append kernel cannot launch on meta tensors, so the error proves the order)."""
+    writes the cache (the append kernel cannot launch on meta tensors, so the error proves the order),
+    and so is each KV cache page, while the cache as a whole may pass 2^31 elements."""
     from flash_attn.triton import attention, kvcache
 
     limit = attention.OFFSET_LIMIT
@@ -212,6 +213,14 @@ def test_offsets_past_int32_are_refused():
     with pytest.raises(ValueError, match="split-KV partial outputs"):
         kvcache.forward_kvcache(q, cache, cache, new, new, None, None, seqlens, None, None, None, 0.1, (-1, -1), 0.0,
                                 False, None, 128)
+    # A KV cache may pass 2^31 elements (pages are addressed in int64), one page may not (rows in int32).
+    q = torch.empty(1, 1, 8, 128, device="meta", dtype=torch.float16)
+    new = torch.empty(1, 1, 8, 128, device="meta", dtype=torch.float16)
+    one_huge_page = torch.empty(1, limit // 1024 + 1, 8, 128, device="meta", dtype=torch.float16)
+    with pytest.raises(ValueError, match="a k_cache page"):
+        kvcache.forward_kvcache(q, one_huge_page, one_huge_page, new, new, None, None, seqlens, None, None, None, 0.1,
+                                (-1, -1), 0.0, False, None, 1)
+    attention.check_tensors(k_cache=torch.empty(limit // 2**18 + 1, 256, 8, 128, device="meta"), wide=("k_cache",))
 
 
 def test_forward_launch_options(monkeypatch):
@@ -482,6 +491,20 @@ def test_triton_kvcache(monkeypatch, name, dtype, num_splits):
     assert calls
 
 
+@pytest.mark.parametrize("name", ["paged", "batch_idx_window", "append_rotary_interleaved"])
+def test_triton_kvcache_wide_cache_addressing(monkeypatch, name):
+    """The kvcache kernels' WIDE_CACHE addressing (page or batch entry in int64, row in int32), which
+    only caches of 2^31 elements or more take, on small caches (the size test forced): the same
+    appends and outputs as reference_kvcache, so the interpreter covers that path in CI."""
+    from kvcache_checks import KvCase, check_kvcache
+
+    _switch_on(monkeypatch)
+    monkeypatch.setattr(triton_backend.kvcache, "within_offset_limit", lambda t: False)
+    case = KvCase(**{"batch": 2, "nheads": 4, "nheads_k": 2, "headdim": 32, "capacity": 100, "dtype": torch.float16,
+                     "num_splits": 3, **KVCACHE_CASES[name]})
+    check_kvcache(case, DEVICE)
+
+
 def test_triton_kvcache_metadata_out_of_range(monkeypatch):
     """cache_seqlens past the capacity and negative, block_table entries past the pool and negative,
     leftpad past the end: clamped as reference_kvcache clamps them (the cache after the append and
@@ -507,6 +530,38 @@ def test_triton_kvcache_metadata_out_of_range(monkeypatch):
     assert torch.equal(ours.k_cache.cpu(), ref.k_cache) and torch.equal(ours.v_cache.cpu(), ref.v_cache)
     torch.testing.assert_close(out.cpu(), ref_out, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lse.cpu(), ref_lse, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs ~9 GB of GPU memory: a KV cache past 2^31 elements")
+def test_triton_kvcache_past_int32_offsets(monkeypatch):
+    """A paged KV cache whose last pages lie more than 2^31 elements from its start (2 x 4.3 GB in
+    fp16): the append writes and the attention reads those pages (the kernels index the cache in
+    int64), matching reference_kvcache on a copy of just those pages."""
+    from flash_attn import reference_kvcache as rk
+
+    page_size, heads_k, headdim = 256, 8, 128
+    pages = triton_backend.attention.OFFSET_LIMIT // (page_size * heads_k * headdim) + 2
+    if torch.cuda.mem_get_info()[0] < 2.2 * pages * page_size * heads_k * headdim * 2:
+        pytest.skip("not enough free GPU memory for two caches past 2^31 elements")
+    _switch_on(monkeypatch)
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    k_cache, v_cache = (torch.empty(pages, page_size, heads_k, headdim, device="cuda", dtype=torch.float16)
+                        for _ in range(2))
+    last = [pages - 2, pages - 1]  # the last page starts past 2^31 elements
+    for cache in (k_cache, v_cache):
+        cache[last] = torch.randn(2, page_size, heads_k, headdim, device="cuda", generator=generator).half()
+    q, k, v = (torch.randn(1, 3, heads_k, headdim, device="cuda", generator=generator).half() for _ in range(3))
+    cache_seqlens = torch.tensor([300], device="cuda", dtype=torch.int32)  # appends at rows 44-46 of page 1
+    small_k, small_v = k_cache[last].cpu(), v_cache[last].cpu()
+    out, lse, *_ = flash_attn.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens, causal=True, num_splits=1,
+        block_table=torch.tensor([last], device="cuda", dtype=torch.int32), return_softmax_lse=True)
+    ref_out, ref_lse = rk.forward_kvcache(q.cpu(), small_k, small_v, k.cpu(), v.cpu(), None, None,
+                                          cache_seqlens.cpu(), None, None, torch.tensor([[0, 1]], dtype=torch.int32),
+                                          headdim ** -0.5, (-1, 0), 0.0, True, None)
+    assert torch.equal(k_cache[last].cpu(), small_k) and torch.equal(v_cache[last].cpu(), small_v)
+    torch.testing.assert_close(out.cpu(), ref_out, atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(lse.cpu(), ref_lse, atol=1e-3, rtol=1e-3)
 
 
 def test_triton_paged_varlen(monkeypatch):

@@ -205,9 +205,10 @@ class _Problem:
                     CLIP_LEFT=self.left >= 0, CLIP_RIGHT=clip_right)
 
 
-def check_tensors(dtypes=DTYPES, **tensors):
+def check_tensors(dtypes=DTYPES, wide=(), **tensors):
     """Each given tensor (None: absent) is of one of `dtypes` with a contiguous last dimension, and
-    within check_offsets' bound; errors name the argument."""
+    within check_offsets' bound unless its name is in `wide` (a kernel indexes it in int64); errors
+    name the argument."""
     for name, t in tensors.items():
         if t is None:
             continue
@@ -217,7 +218,7 @@ def check_tensors(dtypes=DTYPES, **tensors):
             raise TypeError(f"flash_attn Triton backend: {name} must be {allowed}, got {t.dtype}")
         if t.stride(-1) != 1:
             raise ValueError(f"flash_attn Triton backend: {name} must have a contiguous last dimension")
-    check_offsets(**tensors)
+    check_offsets(**{name: t for name, t in tensors.items() if name not in wide})
 
 
 # The Triton kernels form element offsets as program ids and indices times strides in 32-bit integers
@@ -226,16 +227,21 @@ def check_tensors(dtypes=DTYPES, **tensors):
 OFFSET_LIMIT = 2**31
 
 
+def within_offset_limit(t):
+    """Whether t's farthest element lies less than OFFSET_LIMIT elements from its start."""
+    if t.numel() == 0:
+        return True
+    if t.device.type != "meta" and t.untyped_storage().nbytes() < OFFSET_LIMIT * t.element_size():
+        return True  # the whole storage is within reach, and so every element (a per-call Python shortcut)
+    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) < OFFSET_LIMIT
+
+
 def check_offsets(**tensors):
     """Each given tensor's farthest element lies less than OFFSET_LIMIT elements from its start, else a
     ValueError naming it (a keyword may name a buffer the backend allocates, in words)."""
     for name, t in tensors.items():
-        if t is None or t.numel() == 0:
-            continue
-        if t.device.type != "meta" and t.untyped_storage().nbytes() < OFFSET_LIMIT * t.element_size():
-            continue  # the whole storage is within reach, and so every element (a per-call Python shortcut)
-        span = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-        if span >= OFFSET_LIMIT:
+        if t is not None and not within_offset_limit(t):
+            span = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
             raise ValueError(f"flash_attn Triton backend: {name} spans {span + 1} elements from its start; its "
                              f"kernels index with 32-bit offsets (at most {OFFSET_LIMIT}): split the call, or use "
                              "the CUDA backend")

@@ -14,7 +14,7 @@ import triton
 
 from ..reference_kvcache import cache_capacity
 from . import tuning
-from .attention import _dot_precision, check_offsets, check_tensors
+from .attention import _dot_precision, check_offsets, check_tensors, within_offset_limit
 from .kvcache_kernels import kvcache_append_kernel, kvcache_attention_kernel
 
 APPEND_BLOCK_T = 16
@@ -61,7 +61,11 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
                     block_table, softmax_scale, window, softcap, rotary_interleaved, alibi_slopes, num_splits):
     """fwd_kvcache's semantics (reference_kvcache.forward_kvcache): appends in place, returns (out in q's
     dtype, lse float32 (batch, heads, seqlen_q))."""
-    check_tensors(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
+    # A cache of 2^31 elements or more is addressed by page (or batch entry) in int64 and by row within
+    # one in int32 (kvcache_kernels._cache_pointers): each page must stay under 2^31 elements.
+    check_tensors(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, wide=("k_cache", "v_cache"))
+    check_offsets(**{"a k_cache page (or batch entry)": k_cache[:1], "a v_cache page (or batch entry)": v_cache[:1]})
+    wide_cache = not within_offset_limit(k_cache) or not within_offset_limit(v_cache)
     batch, seqlen_q, heads, headdim = q.shape
     slabs, slab_rows, heads_k = k_cache.shape[:3]
     paged = block_table is not None
@@ -91,7 +95,7 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
             *cache_strides, stride_bt, cos.stride(0) if has_rotary else 0, seqlen_new, capacity, slabs, page_size,
             max_pages, headdim, rotary_rows, rotary_half, BLOCK_T=APPEND_BLOCK_T, BLOCK_D=block_d, PAGED=paged,
             HAS_BATCH_IDX=cache_batch_idx is not None, HAS_ROTARY=has_rotary, INTERLEAVED=bool(rotary_interleaved),
-            enable_fp_fusion=False)  # the rotation rounds each product, as layers/rotary.py does
+            WIDE_CACHE=wide_cache, enable_fp_fusion=False)  # the rotation rounds each product, as layers/rotary.py does
     lse_parts = torch.full((splits, batch, heads, seqlen_q), float("inf"), dtype=torch.float32, device=q.device)
     if q.numel() > 0:
         slopes = unused.float() if alibi_slopes is None else alibi_slopes.float().contiguous()
@@ -106,6 +110,7 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
             splits, BLOCK_M=block_m, fixed_blocks=dict(BLOCK_N=block_n), BLOCK_D=block_d, PAGED=paged,
             HAS_BATCH_IDX=cache_batch_idx is not None, HAS_LEFTPAD=cache_leftpad is not None, HAS_ROTARY=has_rotary,
             INTERLEAVED=bool(rotary_interleaved), ROTARY_PER_TOKEN=left >= 0 or right >= 0,
-            HAS_SOFTCAP=softcap > 0, HAS_ALIBI=alibi_slopes is not None, DOT_PRECISION=_dot_precision(q.dtype))
+            HAS_SOFTCAP=softcap > 0, HAS_ALIBI=alibi_slopes is not None, DOT_PRECISION=_dot_precision(q.dtype),
+            WIDE_CACHE=wide_cache)
     out, lse = _combine(out_parts, lse_parts)
     return out.to(q.dtype), lse

@@ -37,6 +37,19 @@ def _cache_rows(positions, batch, BatchIdx, BlockTable, stride_bt, slabs, page_s
 
 
 @triton.jit
+def _cache_pointers(Cache, slab, row, head, dims, stride_slab, stride_row, stride_head, WIDE_CACHE: tl.constexpr):
+    """Pointers [rows, dims] to the cache rows (slab, row) of KV head `head`. In 32-bit offsets, except
+    in a cache of 2^31 elements or more (WIDE_CACHE): there the slab's offset (a page index times
+    the page stride) is taken in int64 per row, the row's within its slab in int32 (the host checks
+    that one slab stays under 2^31 elements). Only such caches take it: on an H200 the 64-bit form
+    made the paged decode 17-20% slower (benchmarks/NOTES.md v30)."""
+    if WIDE_CACHE:
+        rows = Cache + slab.to(tl.int64) * stride_slab + (row * stride_row + head * stride_head)
+        return rows[:, None] + dims[None, :]
+    return Cache + slab[:, None] * stride_slab + row[:, None] * stride_row + head * stride_head + dims[None, :]
+
+
+@triton.jit
 def _rotated(X, offsets, mask, dims, positions, Cos, Sin, stride_rot, rotary_rows, rotary_half,
              INTERLEAVED: tl.constexpr):
     """x[offsets] (rows, BLOCK_D) with its first 2 * rotary_half features rotated at `positions` (rows,)
@@ -68,7 +81,7 @@ def kvcache_append_kernel(
         stride_kp, stride_kr, stride_kh, stride_vp, stride_vr, stride_vh, stride_bt, stride_rot,
         seqlen_new, capacity, slabs, page_size, max_pages, headdim, rotary_rows, rotary_half,
         BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, PAGED: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
-        HAS_ROTARY: tl.constexpr, INTERLEAVED: tl.constexpr):
+        HAS_ROTARY: tl.constexpr, INTERLEAVED: tl.constexpr, WIDE_CACHE: tl.constexpr):
     """New tokens [t0, t0 + BLOCK_T) of batch entry `batch`, KV head `head`, written at positions
     cache_seqlens[batch] + t; those at or past the capacity are dropped."""
     t_block, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -88,10 +101,8 @@ def kvcache_append_kernel(
         k = tl.load(KNew + k_offsets, mask=mask)
     v = tl.load(VNew + batch * stride_vnb + tokens[:, None] * stride_vns + head * stride_vnh + dims[None, :],
                 mask=mask)
-    tl.store(KCache + slab[:, None] * stride_kp + row[:, None] * stride_kr + head * stride_kh + dims[None, :], k,
-             mask=mask)
-    tl.store(VCache + slab[:, None] * stride_vp + row[:, None] * stride_vr + head * stride_vh + dims[None, :], v,
-             mask=mask)
+    tl.store(_cache_pointers(KCache, slab, row, head, dims, stride_kp, stride_kr, stride_kh, WIDE_CACHE), k, mask=mask)
+    tl.store(_cache_pointers(VCache, slab, row, head, dims, stride_vp, stride_vr, stride_vh, WIDE_CACHE), v, mask=mask)
 
 
 @triton.jit
@@ -105,7 +116,7 @@ def kvcache_attention_kernel(
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PAGED: tl.constexpr,
         HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr, HAS_ROTARY: tl.constexpr, INTERLEAVED: tl.constexpr,
         ROTARY_PER_TOKEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-        DOT_PRECISION: tl.constexpr):
+        DOT_PRECISION: tl.constexpr, WIDE_CACHE: tl.constexpr):
     """Query rows [m0, m0 + BLOCK_M) of (batch, head) over split `split` of its attended keys: their
     normalized output and lse (+inf where the split holds no visible key) into Out (splits, batch,
     seqlen_q, heads, d) and Lse (splits, batch, heads, seqlen_q), both float32."""
@@ -146,9 +157,9 @@ def kvcache_attention_kernel(
         slab, row = _cache_rows(first + tl.where(in_range, cols, 0), batch, BatchIdx, BlockTable, stride_bt, slabs,
                                 page_size, max_pages, PAGED, HAS_BATCH_IDX)
         kv_mask = in_range[:, None] & (dims[None, :] < headdim)
-        k = tl.load(KCache + slab[:, None] * stride_kp + row[:, None] * stride_kr + kv_head * stride_kh + dims[None, :],
+        k = tl.load(_cache_pointers(KCache, slab, row, kv_head, dims, stride_kp, stride_kr, stride_kh, WIDE_CACHE),
                     mask=kv_mask, other=0.0)
-        v = tl.load(VCache + slab[:, None] * stride_vp + row[:, None] * stride_vr + kv_head * stride_vh + dims[None, :],
+        v = tl.load(_cache_pointers(VCache, slab, row, kv_head, dims, stride_vp, stride_vr, stride_vh, WIDE_CACHE),
                     mask=kv_mask, other=0.0)
         s, _ = _scores(q, k, rows, cols, seqlen_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI,
                        DOT_PRECISION, MASKED=True)
