@@ -1,7 +1,8 @@
 """Host time per call of the Triton backend (issue #9), against the Triton tutorial's attention and
 our CUDA kernels: wall time of 300 back-to-back calls on a problem small enough that the GPU waits on
 the host (batch 1, 128 tokens, 16 heads, head dim 64 / 128, bf16; fp16 for the tutorial), forward
-and forward + backward; then cProfile of our Triton forward and backward (the functions with the
+and forward + backward; the hd 64 forward layer by layer (public function, op, backend function,
+without gradients); then cProfile of our Triton forward and backward (the functions with the
 most own time), to find what the Python side spends. The short cells of the speed comparison
 (benchmarks/experiments/triton_tutorial_peer.py) time host gaps where the GPU work per call is
 shorter than this.
@@ -88,6 +89,20 @@ def main():
     if tutorial is None:
         print(f"tutorial: {why}")
     q, k, v = (torch.randn(1, 128, 16, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    from flash_attn.triton import attention
+    with torch.no_grad():
+        layers = {
+            "flash_attn_func, no grad": lambda: flash_attn.flash_attn_func(q, k, v, causal=True),
+            "triton op, no grad": lambda: torch.ops.flash_attn.triton_fwd(q, k, v, None, None, 128, 128, 0.0, 0.125,
+                                                                          -1, 0, 0.0, None, False),
+            "attention.forward (allocations, checks, launch)": lambda: attention.forward(q, k, v, 0.125, (-1, 0)),
+        }
+        print("\n| hd 64 forward, layer by layer | µs per call |\n|---|---|")
+        os.environ[SWITCH] = "TRUE"
+        for name, call in layers.items():
+            print(f"| {name} | {per_call_us(call):.1f} |")
+        os.environ.pop(SWITCH, None)
+    print(f"| flash_attn_func, recording gradients | {per_call_us(ours(q, k, v, False, True)):.1f} |")
     profile(ours(q, k, v, False, True), "ours Triton forward, hd 64")
     profile(ours(q, k, v, True, True), "ours Triton forward + backward, hd 64")
 
