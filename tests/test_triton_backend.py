@@ -535,8 +535,8 @@ def test_triton_kvcache_metadata_out_of_range(monkeypatch):
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs ~9 GB of GPU memory: a KV cache past 2^31 elements")
 def test_triton_kvcache_past_int32_offsets(monkeypatch):
     """A paged KV cache whose last pages lie more than 2^31 elements from its start (2 x 4.3 GB in
-    fp16): the append writes and the attention reads those pages (the kernels index the cache in
-    int64), matching reference_kvcache on a copy of just those pages."""
+    fp16): the append writes and the attention reads those pages (a cache this size takes the kernels'
+    WIDE_CACHE addressing, pages in int64), matching reference_kvcache on a copy of just those pages."""
     from flash_attn import reference_kvcache as rk
 
     page_size, heads_k, headdim = 256, 8, 128

@@ -87,7 +87,6 @@ torch.library.register_autograd("flash_attn::triton_fwd", flash_ops.backward_thr
                                 setup_context=flash_ops.fwd_setup_context)
 
 
-
 class _EagerForward(torch.autograd.Function):
     """flash_attn::triton_fwd with its autograd formula (the one registered above), for eager calls
     that record gradients. The op's registered autograd wrapper calls torch._library.utils.fill_defaults
