@@ -190,16 +190,34 @@ struct WarpgroupTurns {
 };
 
 // A consumer warpgroup's epilogue: its 64 rows of O (normalized accumulators) to global memory.
-// Staged (Cfg::kStageO): through this warpgroup's rows of the O tile, once its copy-out of the
-// previous tile is done, then coalesced 16-byte stores. Otherwise straight from the accumulators.
-template <typename T, typename Cfg, typename QueryBlock>
-__device__ __forceinline__ void write_output_rows(const FwdParams& p, const FwdWsSmem<Cfg>& s, const QueryBlock& qb,
-                                                  const float (&acc)[1][Cfg::kHeadDim / 8][4],
+// Staged (Cfg::kStageO): through this warpgroup's rows of the O tile, once its store of the
+// previous tile has read them, then for dense batches (maps.o_by_tma) one TMA store a 64-column
+// block by the warpgroup's first thread, which the next tile's steps do not wait for (the copy
+// loop below took 4-8% of the fp8 hd 256 forward's samples at 4k, ncu, benchmarks/NOTES.md
+// v30); varlen tiles by coalesced 16-byte stores of every thread. Otherwise straight from the
+// accumulators. The first thread's stores are waited for in finish_output_stores.
+template <typename T, typename Cfg, typename Maps, typename QueryBlock>
+__device__ __forceinline__ void write_output_rows(const FwdParams& p, const Maps& maps, const FwdWsSmem<Cfg>& s,
+                                                  const QueryBlock& qb, const float (&acc)[1][Cfg::kHeadDim / 8][4],
                                                   const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid) {
   constexpr int kHeadNT = Cfg::kHeadDim / 8;
   const int lane = group_tid % arch::kWarpSize, group_row0 = turns.consumer * 64;
   const int warp_row0 = group_row0 + (group_tid / arch::kWarpSize) * 16;
   if constexpr (Cfg::kStageO) {
+    if (maps.o_by_tma) {
+      if (group_tid == 0) arch::bulk_wait_source_read<0>();  // the previous tile's store has read the rows
+      arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
+      arch::store_accumulators_swizzled<typename Cfg::OTile, kHeadNT, T>(s.o(), warp_row0, acc, lane);
+      arch::fence_proxy_async();  // the rows, visible to the TMA engine
+      arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
+      if (group_tid == 0) {
+        arch::tma_store_swizzled_rows<Cfg::kBlockM, Cfg::kHeadDim, 64>(
+            &maps.o, s.o(), group_row0, static_cast<int>(qb.seq.q_row0) + qb.m0 + group_row0, qb.head,
+            qb.seq.batch_index);
+        arch::bulk_commit();
+      }
+      return;
+    }
     arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
     arch::store_accumulators_swizzled<typename Cfg::OTile, kHeadNT, T>(s.o(), warp_row0, acc, lane);
     arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
@@ -326,7 +344,16 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
     turns.pass();
   }
   rows.finalize(scales.logit, scales.output, qb.lse(p), warp_row0, rows_q, lane);
-  write_output_rows<FwdOutputOf<T>, Cfg>(p, s, qb, rows.acc, turns, group_tid);
+  write_output_rows<FwdOutputOf<T>, Cfg>(p, maps, s, qb, rows.acc, turns, group_tid);
+}
+
+// After a consumer warpgroup's last tile: its first thread waits until its TMA stores of O are
+// complete, before the CTA's shared memory goes away.
+template <typename Cfg>
+__device__ __forceinline__ void finish_output_stores(int group_tid) {
+  if constexpr (Cfg::kStageO) {
+    if (group_tid == 0) arch::bulk_wait_complete<0>();
+  }
 }
 
 // The CTA's work, for the kernels below: maps is the kernel's tensor-map parameter.
@@ -384,6 +411,7 @@ __device__ __forceinline__ void fwd_ws_cta(const FwdParams& p, const Maps& maps,
     ring += qb.key_blocks();
     tile_parity ^= 1;
   }
+  finish_output_stores<Cfg>(tid % arch::kWarpgroupThreads);
   turns.finish();
 }
 

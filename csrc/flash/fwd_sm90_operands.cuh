@@ -20,14 +20,18 @@ constexpr bool kIsFp8 = std::is_same_v<T, arch::Fp8E4m3>;
 template <typename T>
 using FwdOutputOf = std::conditional_t<kIsFp8<T>, __nv_bfloat16, T>;
 
-// The tensor maps of q, k and v (host: launch_fwd_sm90.cuh, launch_fwd_fp8.cuh).
+// The tensor maps of q, k and v (host: launch_fwd_sm90.cuh, launch_fwd_fp8.cuh), and of out with a
+// box of one consumer warpgroup's 64 rows where o_by_tma (dense batches: a TMA box cannot stop at a
+// varlen sequence's end), for the epilogue's TMA store (fwd_kernel_sm90_ws.cuh).
 struct FwdTensorMaps {
-  arch::TensorMap q, k, v;
+  arch::TensorMap q, k, v, o;
+  int o_by_tma;
 };
 
-// The fp8 forward's kernel parameter: the maps (v: the transposed V) and the descales.
+// The fp8 forward's kernel parameter: the maps (v: the transposed V; o as above) and the descales.
 struct FwdFp8TensorMaps {
-  arch::TensorMap q, k, v;
+  arch::TensorMap q, k, v, o;
+  int o_by_tma;
   Fp8Descales descales;
 };
 

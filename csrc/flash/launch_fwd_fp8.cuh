@@ -44,6 +44,7 @@ bool make_fp8_tensor_maps(const FwdParams& p, FwdFp8TensorMaps& maps) {
   const int64_t keys = fp8_transposed_v_keys(p.shape.seqlen_k);
   const arch::RowTensor v_transposed{p.v.ptr,          keys,           p.shape.headdim, p.shape.heads_k,
                                      p.shape.batch,    p.v.row_stride, p.v.head_stride, p.v.batch_stride};
+  maps.o_by_tma = Cfg::kStageO && make_output_tensor_map<64>(p, maps.o);
   return arch::encode_swizzled_row_map(&maps.q, as_16bit_columns(sequence_rows_view(p, p.q, false)), Cfg::kBlockM) &&
          arch::encode_swizzled_row_map(&maps.k, as_16bit_columns(sequence_rows_view(p, p.k, true)), Cfg::kBlockN) &&
          arch::encode_swizzled_row_map(&maps.v, as_16bit_columns(v_transposed), Cfg::kHeadDim);

@@ -163,10 +163,11 @@ cudaError_t launch_over_query_tiles(Kernel kernel, const FwdParams& params, cons
   return cudaGetLastError();
 }
 
-// The TMA views of q, k and v (sequence_rows_view). False when the driver cannot describe them; the
-// caller then runs the cp.async kernel.
+// The TMA views of q, k and v (sequence_rows_view), and of out where the epilogue stores by TMA. False
+// when the driver cannot describe q, k or v; the caller then runs the cp.async kernel.
 template <typename Cfg>
 bool make_fwd_tensor_maps(const FwdParams& p, FwdTensorMaps& maps) {
+  maps.o_by_tma = Cfg::kStageO && make_output_tensor_map<64>(p, maps.o);
   return arch::encode_swizzled_row_map(&maps.q, sequence_rows_view(p, p.q, false), Cfg::kBlockM) &&
          arch::encode_swizzled_row_map(&maps.k, sequence_rows_view(p, p.k, true), Cfg::kBlockN) &&
          arch::encode_swizzled_row_map(&maps.v, sequence_rows_view(p, p.v, true), Cfg::kBlockN);

@@ -24,6 +24,14 @@ inline arch::RowTensor sequence_rows_view(const FwdParams& p, const Strided4d& t
   return arch::RowTensor{t.ptr, p.shape.headdim, rows, heads, batches, t.row_stride, t.head_stride, t.batch_stride};
 }
 
+// The TMA view of out for the warp-specialized forward's epilogue, a box of kRows rows: dense
+// batches only (a varlen box would run into the next sequence's rows). False where it is not used.
+template <int kRows>
+bool make_output_tensor_map(const FwdParams& p, arch::TensorMap& map) {
+  return p.varlen.cu_seqlens_q == nullptr &&
+         arch::encode_swizzled_row_map(&map, sequence_rows_view(p, p.out, false), kRows);
+}
+
 // True on a compute-capability 9.0 device when the kernel's loaded image was built for sm_90a
 // (not JIT-compiled from older PTX). The image of a kernel does not change within a process, so
 // the answer is kept per device (0 unknown, 1 yes, 2 no) and the CUDA queries run once.

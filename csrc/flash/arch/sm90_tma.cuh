@@ -1,6 +1,7 @@
 // NVIDIA Hopper (sm_90a) pieces of a warp-specialized kernel: tensor-map (TMA) tile loads that
-// complete on an mbarrier, consumer releases of a ring slot, named barriers between warpgroups and
-// register reallocation between the producer and the consumer warpgroups.
+// complete on an mbarrier and tile stores from shared memory, consumer releases of a ring slot,
+// named barriers between warpgroups and register reallocation between the producer and the
+// consumer warpgroups.
 //
 // A tensor map (sm90_tensor_map.h builds it on the host) describes a (batches, rows, heads,
 // headdim) tensor as TMA's 4-d view {headdim, rows, heads, batches} with a box of 64 columns x
@@ -54,6 +55,34 @@ __device__ __forceinline__ void tma_load_swizzled_tile_from(void* tile, const Te
   for (int block = 0; block < kCols / 64; ++block)
     tma_load_4d(static_cast<char*>(tile) + block * SwizzledTile<kRows, kCols>::kBlockBytes, map, col0 + block * 64, row,
                 head, batch, bar);
+}
+
+// Stores shared memory at `smem` (1024-byte aligned, the 128-byte swizzle) into box (col, row,
+// head, batch) of `map`: one bulk group op of the issuing thread (bulk_commit, then
+// bulk_wait_source_read before the shared memory is written again). Rows and columns past the
+// tensor's extent are not written. The threads that wrote `smem` must have made it visible to the
+// async proxy (fence_proxy_async) and synchronized with the issuing thread first.
+__device__ __forceinline__ void tma_store_4d(const TensorMap* map, int col, int row, int head, int batch,
+                                             const void* smem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(col), "r"(row), "r"(head), "r"(batch), "r"(smem_address(smem))
+               : "memory");
+#endif
+}
+
+// Stores rows [tile_row0, tile_row0 + kRows) of a SwizzledTile<kTileRows, kCols> (tile_row0 a
+// multiple of 8: whole swizzle atoms) to rows [row, row + kRows) of (head, batch), one TMA per
+// 64-column block; `map`'s box is 64 columns x kRows rows.
+template <int kTileRows, int kCols, int kRows>
+__device__ __forceinline__ void tma_store_swizzled_rows(const TensorMap* map, const void* tile, int tile_row0, int row,
+                                                        int head, int batch) {
+  using Tile = SwizzledTile<kTileRows, kCols>;
+#pragma unroll
+  for (int block = 0; block < kCols / 64; ++block)
+    tma_store_4d(map, block * 64, row, head, batch,
+                 static_cast<const char*>(tile) + block * Tile::kBlockBytes + tile_row0 * kSwizzleRowBytes);
 }
 
 // Fetches the tensor map's descriptor ahead of its first use.
