@@ -27,7 +27,7 @@ inline arch::RowTensor sequence_rows_view(const FwdParams& p, const Strided4d& t
 // The TMA view of out for the warp-specialized forward's epilogue, a box of kRows rows: dense
 // batches only (a varlen box would run into the next sequence's rows). False where it is not used.
 template <int kRows>
-bool make_output_tensor_map(const FwdParams& p, arch::TensorMap& map) {
+bool make_output_tensor_map(const FwdParams& p, CUtensorMap& map) {
   return p.varlen.cu_seqlens_q == nullptr &&
          arch::encode_swizzled_row_map(&map, sequence_rows_view(p, p.out, false), kRows);
 }
