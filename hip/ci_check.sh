@@ -6,7 +6,7 @@
 # preprocess and dQ convert, fp16 / bf16, head dims 32 to 256, plain and score-extras), the split-KV
 # decode (hip/kvcache_kernels_cdna.hip: the append / rotary, split-KV (contiguous and paged cache)
 # and combine kernels, fp16 / bf16, head dims 32 to 256) and the arch layer's compile-only coverage
-# (tests/hip/cdna_api_compile.hip) against that tree for
+# (tests/hip/cdna_api_compile.hip) and the shared kernels (dropout mask, fp8 V layout) against that tree for
 #   gfx90a (MI200) with Debian's hipcc (ROCm 5.2, clang 15), and
 #   gfx942 (MI300) with clang-19, which knows gfx942, on the same ROCm 5.2 headers and device
 #   libraries plus an oclc_isa_version_942.bc that Debian lacks,
@@ -70,10 +70,15 @@ compile_checked() {
     -o "$name.o" 2> "$name.remarks.txt") || { cat "$out/$target/$name.remarks.txt"; exit 1; }
 }
 
+# The kernels every build compiles once (build_config.SHARED_KERNEL_SOURCES: the dropout mask, the
+# fp8 forward's V layout), as hipify leaves them in $out.
+shared_sources=$("$python" -c "import build_config, os
+print(*(os.path.join('$out', 'flash', os.path.basename(s)[:-3] + '.hip') for s in build_config.SHARED_KERNEL_SOURCES))")
+
 # compile TARGET COMMAND...: the probe, the forward, the backward and the decode, then the arch
-# layer's compile-only coverage (device code only).
+# layer's compile-only coverage and the shared kernels (device code only).
 compile() {
-  local target=$1
+  local target=$1 source
   shift
   mkdir -p "$out/$target"
   compile_checked "$target" "$probe" "$@"
@@ -81,6 +86,9 @@ compile() {
   compile_checked "$target" "$backward" "$@"
   compile_checked "$target" "$decode" "$@"
   "$@" "${flags[@]}" --cuda-device-only -c "$api_coverage" -o "$out/$target/cdna_api_compile.o"
+  for source in $shared_sources; do
+    "$@" "${flags[@]}" --cuda-device-only -c "$source" -o "$out/$target/$(basename "$source" .hip).o"
+  done
 }
 
 check() {

@@ -227,13 +227,18 @@ def check_tensors(dtypes=DTYPES, wide=(), **tensors):
 OFFSET_LIMIT = 2**31
 
 
+def _span(t):
+    """Elements from t's first to its farthest element, inclusive (t not empty)."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+
+
 def within_offset_limit(t):
     """Whether t's farthest element lies less than OFFSET_LIMIT elements from its start."""
     if t.numel() == 0:
         return True
     if t.device.type != "meta" and t.untyped_storage().nbytes() < OFFSET_LIMIT * t.element_size():
         return True  # the whole storage is within reach, and so every element (a per-call Python shortcut)
-    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) < OFFSET_LIMIT
+    return _span(t) <= OFFSET_LIMIT
 
 
 def check_offsets(**tensors):
@@ -241,8 +246,7 @@ def check_offsets(**tensors):
     ValueError naming it (a keyword may name a buffer the backend allocates, in words)."""
     for name, t in tensors.items():
         if t is not None and not within_offset_limit(t):
-            span = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-            raise ValueError(f"flash_attn Triton backend: {name} spans {span + 1} elements from its start; its "
+            raise ValueError(f"flash_attn Triton backend: {name} spans {_span(t)} elements from its start; its "
                              f"kernels index with 32-bit offsets (at most {OFFSET_LIMIT}): split the call, or use "
                              "the CUDA backend")
 

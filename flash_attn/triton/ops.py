@@ -91,8 +91,9 @@ class _EagerForward(torch.autograd.Function):
     """flash_attn::triton_fwd with its autograd formula (the one registered above), for eager calls
     that record gradients. The op's registered autograd wrapper calls torch._library.utils.fill_defaults
     on every such call, which rebuilds the schema's argument list once per argument: ~50-100 us of
-    Python, a large part of a short call's host time (benchmarks/NOTES.md v30). Inside forward grad
-    mode is off, so the op runs without that wrapper. torch.compile traces the op itself."""
+    Python, a large part of a short call's host time (benchmarks/NOTES.md "Triton backend (#9),
+    session 25"). Inside forward grad mode is off, so the op runs without that wrapper. torch.compile
+    traces the op itself."""
 
     @staticmethod
     def forward(ctx, *inputs):
