@@ -35,12 +35,12 @@ def _require_exact_kernel(headdim):
         pytest.skip(f"this build pads hd {headdim} to a larger head dim")
 
 
-def _kernel_names(headdim):
+def _kernel_names(headdim, causal=False):
     """Names of the forward and backward kernels that one forward + backward launches."""
     q, k, v = (torch.randn(1, 300, 2, headdim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        flash_attn.flash_attn_func(q, k, v).sum().backward()
+        flash_attn.flash_attn_func(q, k, v, causal=causal).sum().backward()
         torch.cuda.synchronize()
     names = [event.name for event in prof.events()]
     return [n for n in names if "fwd_kernel" in n], [n for n in names if "bwd_kernel" in n]
@@ -55,8 +55,10 @@ def test_hopper_runs_the_wgmma_kernels(monkeypatch, headdim):
     assert backward and all("bwd_kernel_sm90" in name for name in backward), backward
     # 300 keys: the warp-specialized forward by default at hd 128, the cp.async one at hd 64 (launch_fwd_sm90.cuh)
     assert all(("_ws" in name) == (headdim == 128) for name in forward), forward
-    # the warp-specialized backward by default (300 keys, not causal: launch_bwd_sm90.cuh)
+    # the warp-specialized backward by default, causal short walks too (launch_bwd_sm90.cuh)
     assert all("bwd_kernel_sm90_ws" in name for name in backward), backward
+    _, backward = _kernel_names(headdim, causal=True)
+    assert backward and all("bwd_kernel_sm90_ws" in name for name in backward), backward
     monkeypatch.setenv("FLASH_ATTN_SM90_BWD", "cpasync")
     _, backward = _kernel_names(headdim)
     assert backward and all("bwd_kernel_sm90" in name and "_ws" not in name for name in backward), backward

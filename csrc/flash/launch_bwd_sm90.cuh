@@ -70,9 +70,12 @@ template <>
 struct BwdWsTile<128> {
   static constexpr bool kAvailable = true;
   using type = BwdWsConfig<128, 64, 2, 2, false>;
-  // Causal up to 512 keys keeps the cp.async kernel: 493-494 vs 522-523 µs at 512 (H100,
-  // kernel_choice.py); at 1k they are equal (657 µs), at 2k causal the warp-specialized one is 2-3% ahead.
-  static bool preferred(const BwdParams& p) { return !(p.fwd.causal && p.fwd.shape.seqlen_k <= 512); }
+  // Every length, causal too. Causal up to 512 keys used to keep the cp.async kernel (H100, v16:
+  // 493-494 vs 522-523 µs at 512); since the warp-specialized backward's MMA order and dQ stores
+  // (v23, v25) it is ahead there as well: 512 causal 418-421 vs 441-444 µs, 1k causal 560-568 vs
+  // 614-617, 512 / 1k non-causal 520-525 / 832-847 vs 566-572 / 906-910 (H200, kernel_choice.py,
+  // benchmarks/NOTES.md v31).
+  static bool preferred(const BwdParams&) { return true; }
   // The score-extras kernel: faster here with dropout (6915-7236 vs 7629-8347 µs at 8k), softcap and
   // ALiBi (2-9% at s 2k-8k, causal and not; H100, kernel_choice.py --options, NOTES.md v16).
   static bool extras_preferred(const BwdParams& p) { return preferred(p); }
