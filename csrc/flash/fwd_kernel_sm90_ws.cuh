@@ -9,7 +9,7 @@
 //     the full barriers of its operands and hands slots back as soon as its MMAs retire.
 //   Ping-pong: the consumers issue their MMAs in turn (WarpgroupTurns), so while one warpgroup runs
 //     its softmax the tensor core works on the other's MMAs rather than both softmaxes meeting
-//     at the exponential unit at once.
+//     at the exponential unit at once (not at 16-bit hd 192 / 256: FwdWsConfig::kTakeTurns).
 //   Tiles: a CTA walks query tiles blockIdx.x, + gridDim.x, ... of the order that
 //     query_tile_scheduler.cuh gives (natural for equal tiles, heaviest first by groups for causal
 //     and windowed ones, packed for varlen); the launcher gives one CTA per SM. Across tiles the rings
@@ -76,6 +76,13 @@ struct FwdWsConfig {
   // at hd 256 ptxas spilled in the step loop (11 local loads per step), at hd 192 the loop grew
   // by 6%.
   static constexpr bool kConsumerKeyRanges = kConsumers > 2;
+  // Whether the consumers take turns at issuing their MMAs (WarpgroupTurns). At 16-bit hd 192 / 256
+  // a step's MMAs are long next to its softmax (80 or 64 keys against a 256-wide head), the tensor
+  // core is the bound, and FA3 drops its scheduler barrier there (hopper/, UseSchedulerBarrier:
+  // kHeadDim <= 128 for 16-bit, >= 128 for fp8): both consumers then issue as soon as they are ready.
+  // Measured without turns (H200, bf16, two rounds): hd 192 0.5-2.5% faster in 7 of 8 cells (512 to
+  // 16k, causal and not), hd 256 unchanged within noise (benchmarks/NOTES.md v31).
+  static constexpr bool kTakeTurns = kElementBytes == 1 || kHeadDim <= 128;
   static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, an OTile
   // The epilogue stages O in a shared tile of its own (whole-line stores, under the next tile's
   // loads) where it fits beside Q and the rings, from hd 96 up; otherwise O goes straight from the
@@ -172,22 +179,30 @@ __device__ __forceinline__ void produce_fwd_tile(const FwdWsSmem<Cfg>& s, const 
 // same number of rounds (the same tiles); the last one's arrive at `start` lets warpgroup 0 begin,
 // and warpgroup 0's wait at `finish` takes the last one's final arrive, so every barrier phase
 // gets exactly its 2 x 128 threads.
-template <int kConsumers>
+// kEnabled false (FwdWsConfig::kTakeTurns) makes the turns no-ops: every consumer issues when ready.
+template <int kConsumers, bool kEnabled = true>
 struct WarpgroupTurns {
   int consumer;
   static constexpr int kThreads = 2 * arch::kWarpgroupThreads;
 
   __device__ __forceinline__ void start() const {
-    if (consumer == kConsumers - 1) arch::named_barrier_arrive(1, kThreads);
+    if (kEnabled && consumer == kConsumers - 1) arch::named_barrier_arrive(1, kThreads);
   }
-  __device__ __forceinline__ void wait() const { arch::named_barrier_sync(1 + consumer, kThreads); }
-  __device__ __forceinline__ void pass() const { arch::named_barrier_arrive(1 + (consumer + 1) % kConsumers, kThreads); }
+  __device__ __forceinline__ void wait() const {
+    if (kEnabled) arch::named_barrier_sync(1 + consumer, kThreads);
+  }
+  __device__ __forceinline__ void pass() const {
+    if (kEnabled) arch::named_barrier_arrive(1 + (consumer + 1) % kConsumers, kThreads);
+  }
   __device__ __forceinline__ void finish() const {
     if (consumer == 0) wait();
   }
   // Barrier ids after the turns' ones: one per consumer for its own epilogue.
   __device__ __forceinline__ int own_barrier() const { return 1 + kConsumers + consumer; }
 };
+
+template <typename Cfg>
+using TurnsOf = WarpgroupTurns<Cfg::kConsumers, Cfg::kTakeTurns>;
 
 // A consumer warpgroup's epilogue: its 64 rows of O (normalized accumulators) to global memory.
 // Staged (Cfg::kStageO): through this warpgroup's rows of the O tile, once its store of the
@@ -199,7 +214,7 @@ struct WarpgroupTurns {
 template <typename T, typename Cfg, typename Maps, typename QueryBlock>
 __device__ __forceinline__ void write_output_rows(const FwdParams& p, const Maps& maps, const FwdWsSmem<Cfg>& s,
                                                   const QueryBlock& qb, const float (&acc)[1][Cfg::kHeadDim / 8][4],
-                                                  const WarpgroupTurns<Cfg::kConsumers>& turns, int group_tid) {
+                                                  const TurnsOf<Cfg>& turns, int group_tid) {
   constexpr int kHeadNT = Cfg::kHeadDim / 8;
   const int lane = group_tid % arch::kWarpSize, group_row0 = turns.consumer * 64;
   const int warp_row0 = group_row0 + (group_tid / arch::kWarpSize) * 16;
@@ -243,7 +258,7 @@ __device__ __forceinline__ void write_output_rows(const FwdParams& p, const Maps
 // models this protocol and checks it under random interleavings.
 template <typename T, typename Cfg, bool kScoreExtras, typename Maps, typename QueryBlock>
 __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps& maps, const FwdWsSmem<Cfg>& s,
-                                                 const QueryBlock& qb, const WarpgroupTurns<Cfg::kConsumers>& turns,
+                                                 const QueryBlock& qb, const TurnsOf<Cfg>& turns,
                                                  int group_tid, int ring, uint32_t tile_parity) {
   constexpr int kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   const int lane = group_tid % arch::kWarpSize, warp_in_group = group_tid / arch::kWarpSize;
@@ -395,7 +410,7 @@ __device__ __forceinline__ void fwd_ws_cta(const FwdParams& p, const Maps& maps,
   // registers (arch::warp_uniform), except above hd 128: there ptxas then spilled 21 per-tile values
   // and the forward ran ~5% slower at 512-1k keys (H200, benchmarks/NOTES.md v25).
   const int consumer = warpgroup - 1;
-  const WarpgroupTurns<Cfg::kConsumers> turns{Cfg::kHeadDim <= 128 ? arch::warp_uniform(consumer) : consumer};
+  const TurnsOf<Cfg> turns{Cfg::kHeadDim <= 128 ? arch::warp_uniform(consumer) : consumer};
   turns.start();
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const QueryTileCoord at = walk.locate(p, order, tile);
