@@ -26,15 +26,16 @@ def inputs(seqlen):
     return q, k, v, key_mask, torch.randn_like(q)
 
 
-def wall_us(step):
-    for _ in range(5):
+def wall_us(step, steps=STEPS, warmup=5):
+    """Wall time per call (µs) of `steps` calls back to back, after `warmup` untimed ones."""
+    for _ in range(warmup):
         step()
     torch.cuda.synchronize()
     start = time.perf_counter()
-    for _ in range(STEPS):
+    for _ in range(steps):
         step()
     torch.cuda.synchronize()
-    return (time.perf_counter() - start) / STEPS * 1e6
+    return (time.perf_counter() - start) / steps * 1e6
 
 
 def main():

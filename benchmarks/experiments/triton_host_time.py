@@ -14,25 +14,18 @@ import cProfile
 import io
 import os
 import pstats
-import time
 
 import torch
 
 import flash_attn
+from padded_step_profile import wall_us
 from triton_tutorial_peer import TUTORIAL_PATH, Tutorial, load_tutorial
 
 SWITCH = "FLASH_ATTENTION_TRITON_AMD_ENABLE"
 
 
-def per_call_us(call, calls=300):
-    for _ in range(20):
-        call()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+def per_call_us(call):
+    return wall_us(call, steps=300, warmup=20)
 
 
 def ours(q, k, v, backward, triton):

@@ -77,9 +77,9 @@ struct FwdWsConfig {
   // by 6%.
   static constexpr bool kConsumerKeyRanges = kConsumers > 2;
   // Whether the consumers take turns at issuing their MMAs (WarpgroupTurns). At 16-bit hd 192 / 256
-  // a step's MMAs are long next to its softmax (64 or 80 keys against a 192- or 256-wide head), the
-  // tensor core is the bound, and FA3 drops its scheduler barrier there (hopper/, UseSchedulerBarrier:
-  // kHeadDim <= 128 for 16-bit, >= 128 for fp8): both consumers then issue as soon as they are ready.
+  // a step's MMAs are long next to its softmax (64 or 80 keys against a 192- or 256-wide head), and
+  // FA3 drops its scheduler barrier there (hopper/, UseSchedulerBarrier: kHeadDim <= 128 for 16-bit,
+  // >= 128 for fp8): both consumers then issue as soon as they are ready.
   // Measured without turns (H200, bf16, two rounds): hd 192 0.5-2.5% faster in 7 of 8 cells (512 to
   // 16k, causal and not), hd 256 unchanged within noise (benchmarks/NOTES.md v31).
   static constexpr bool kTakeTurns = kElementBytes == 1 || kHeadDim <= 128;

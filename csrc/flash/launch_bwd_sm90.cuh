@@ -71,9 +71,9 @@ struct BwdWsTile<128> {
   static constexpr bool kAvailable = true;
   using type = BwdWsConfig<128, 64, 2, 2, false>;
   // Every length, causal too. Causal up to 512 keys used to keep the cp.async kernel (H100, v16:
-  // 493-494 vs 522-523 µs at 512); since the warp-specialized backward's MMA order and dQ stores
-  // (v23, v25) it is ahead there as well: 512 causal 418-421 vs 441-444 µs, 1k causal 560-568 vs
-  // 614-617, 512 / 1k non-causal 520-525 / 832-847 vs 566-572 / 906-910 (H200, kernel_choice.py,
+  // 493-494 vs 522-523 µs at 512, before v23 / v25 changed the warp-specialized backward); on an H200
+  // the warp-specialized one is ahead there: 512 causal 418-421 vs 441-444 µs, 1k causal 560-568 vs
+  // 614-617, 512 / 1k non-causal 520-525 / 832-847 vs 566-572 / 906-910 (kernel_choice.py,
   // benchmarks/NOTES.md v31).
   static bool preferred(const BwdParams&) { return true; }
   // The score-extras kernel: faster here with dropout (6915-7236 vs 7629-8347 µs at 8k), softcap and
