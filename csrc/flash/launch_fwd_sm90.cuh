@@ -85,13 +85,16 @@ struct FwdWsTile<128> {
 // (dropout.cuh), so the score-extras kernel's steps are a multiple of 32 keys: 64 (96 would need
 // 256 KiB at hd 256). The plain kernel at hd 256 takes FA3's 80-key steps: Q and the rings then fill
 // 224 of the 227 KiB, and O is stored from the accumulators (FwdWsConfig::kStageO), as with 64-key
-// steps (192 KiB). At hd 192 O is staged (192 KiB in all). No cp.async wgmma kernel at these head
+// steps (192 KiB). The plain kernel at hd 192 takes FA3's 112-key steps (Q 48 + rings 168 KiB; O from
+// the accumulators): against 64-key steps with O staged, 7-11% less time from 2k keys, causal and
+// not, 3.5% at 512, but 6.5% more at 512 causal (H200, bf16, two rounds; 80-key steps with O staged
+// and 96-key steps sat between; benchmarks/NOTES.md v31). No cp.async wgmma kernel at these head
 // dims: the sm80 kernel is the fallback.
 template <>
 struct FwdWsTile<192> {
   static constexpr bool kAvailable = true;
-  using type = FwdWsConfig<192, 64, 2, 2>;
-  using extras_type = type;
+  using type = FwdWsConfig<192, 112, 2, 2>;
+  using extras_type = FwdWsConfig<192, 64, 2, 2>;
   static bool preferred(const FwdParams&) { return true; }
 };
 template <>

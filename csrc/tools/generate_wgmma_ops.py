@@ -9,7 +9,7 @@ rather than typed. Run from the repository root after changing the list of N:
 
 import os
 
-NS = (32, 64, 80, 96, 128, 160, 192, 256)
+NS = (32, 64, 80, 96, 112, 128, 160, 192, 256)
 TYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
 # e4m3 (the fp8 forward): the N of its S (keys per step) and O (head dims) products. 8-bit wgmma
 # reads both shared-memory operands K-major only: the instruction has no transpose immediates.
