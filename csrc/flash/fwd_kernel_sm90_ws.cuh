@@ -77,7 +77,7 @@ struct FwdWsConfig {
   // by 6%.
   static constexpr bool kConsumerKeyRanges = kConsumers > 2;
   // Whether the consumers take turns at issuing their MMAs (WarpgroupTurns). At 16-bit hd 192 / 256
-  // a step's MMAs are long next to its softmax (64 or 80 keys against a 192- or 256-wide head), and
+  // a step's MMAs are long next to its softmax (112 or 80 keys against a 192- or 256-wide head), and
   // FA3 drops its scheduler barrier there (hopper/, UseSchedulerBarrier: kHeadDim <= 128 for 16-bit,
   // >= 128 for fp8): both consumers then issue as soon as they are ready.
   // Measured without turns (H200, bf16, two rounds): hd 192 0.5-2.5% faster in 7 of 8 cells (512 to
