@@ -15,8 +15,9 @@
 //     and windowed ones, packed for varlen); the launcher gives one CTA per SM. Across tiles the rings
 //     keep turning; Q has its own full/empty pair, released after a tile's last S, so the producer
 //     loads the next tile's Q and first K while the math warpgroups finish the last P.V and the
-//     epilogue (O staged in its own shared-memory tile at hd 96-192, stored straight from the
-//     accumulators at hd 64 and 256: FwdWsConfig::kStageO).
+//     epilogue (O staged in its own shared-memory tile where it fits: hd 96-128 and hd 192's
+//     score-extras kernel; stored straight from the accumulators at hd 64, 192 and 256:
+//     FwdWsConfig::kStageO).
 // Element types (fwd_sm90_operands.cuh): fp16 / bf16, or e4m3 (the fp8 forward: bf16 O, descales,
 // V transposed; dense batches only, the op says). Mask, score modifiers, dropout, softmax and the
 // sequence view are the pieces the other kernels use. Varlen: a TMA box cannot stop at a sequence's end, so K/V rows past it are the next
