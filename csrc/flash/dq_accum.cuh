@@ -48,48 +48,86 @@ struct DqAccum {
   }
 };
 
-// dq[b, i, h, :headdim] = softmax_scale * dq_accum row (b, h, i), converted to T. One thread per 4 columns; rows
-// (b, h, i < seqlen_q of the grid), those past a sequence's own length skipped. Deterministic: the
-// sum of the slices whose counter for the row is not 0, in slice order (dq_order.cuh).
+// The convert pass's work split: a block of kThreads converts kRowsPerBlock rows of one (head,
+// batch), each thread 8 columns (two 16-byte loads, one 16-byte store) of kPasses rows, every load
+// issued before the first store. One thread per 4 columns and row, with the (batch, head, row)
+// split from a 64-bit row index, took 77 µs at hd 128 / 16k tokens / 16 heads against cuDNN's 57
+// for the same conversion (H200, benchmarks/NOTES.md v32): one 16-byte load in flight per thread and
+// 64-bit divisions per 16 bytes.
+template <int kHeadDim>
+struct ConvertDqRows {
+  static constexpr int kThreads = 256;
+  static constexpr int kLanesPerRow = kHeadDim / 8;              // call head dims are multiples of 8
+  static constexpr int kRowsPerPass = kThreads / kLanesPerRow;  // hd 96 / 192 leave 4 / 16 threads idle
+  static constexpr int kPasses = 4;                              // 128 bytes of loads in flight per thread
+  static constexpr int kRowsPerBlock = kRowsPerPass * kPasses;
+  static_assert(kHeadDim % 8 == 0 && kLanesPerRow <= kThreads, "whole 8-column lanes, a row per pass at least");
+};
+
+__device__ __forceinline__ void add_float4(float4& sum, const float4& part) {
+  sum.x += part.x;
+  sum.y += part.y;
+  sum.z += part.z;
+  sum.w += part.w;
+}
+
+// dq[b, i, h, :headdim] = softmax_scale * dq_accum row (b, h, i), converted to T; rows past a
+// sequence's own length skipped. Deterministic: the sum of the slices whose counter for the row is
+// not 0, in slice order (dq_order.cuh). Grid: (row blocks, heads, batch), batch strided past 65535.
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(256) convert_dq_kernel(const BwdParams p) {
-  constexpr int kUnits = kHeadDim / 4;
-  constexpr int kRowsPerBlock = 256 / kUnits;
+__global__ void __launch_bounds__(ConvertDqRows<kHeadDim>::kThreads) convert_dq_kernel(const BwdParams p) {
+  using Rows = ConvertDqRows<kHeadDim>;
+  using Accum = DqAccum<kHeadDim>;
   const AttentionShape& shape = p.fwd.shape;
-  const int unit = threadIdx.x % kUnits;
-  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kUnits;
-  if (row_id >= static_cast<int64_t>(shape.batch) * shape.heads * shape.seqlen_q || 4 * unit >= shape.headdim) return;
-  const int row = static_cast<int>(row_id % shape.seqlen_q);
-  const int head = static_cast<int>((row_id / shape.seqlen_q) % shape.heads);
-  const int batch = static_cast<int>(row_id / (static_cast<int64_t>(shape.seqlen_q) * shape.heads));
-  const SequenceView seq = SequenceView::of(p.fwd, batch);
-  if (row >= seq.seqlen_q) return;
-  const int64_t offset = DqAccum<kHeadDim>::row_offset(p, seq, head, row) + DqAccum<kHeadDim>::col_offset(row, 4 * unit);
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int slice = 0; slice < p.dq_slices; ++slice) {
-    if (p.dq_semaphore != nullptr &&
-        p.dq_semaphore[dq_counter_index(shape, slice, batch, head, row / kMinBwdBlockM)] == 0)
-      continue;  // no key block added into this slice's rows
-    const float4 part = *reinterpret_cast<const float4*>(p.dq_accum + slice * p.dq_slice_stride + offset);
-    v.x += part.x;
-    v.y += part.y;
-    v.z += part.z;
-    v.w += part.w;
+  const int lane = threadIdx.x % Rows::kLanesPerRow, col = 8 * lane;
+  const int row0 = blockIdx.x * Rows::kRowsPerBlock + threadIdx.x / Rows::kLanesPerRow;
+  const int head = blockIdx.y;
+  if (threadIdx.x >= Rows::kRowsPerPass * Rows::kLanesPerRow || col >= shape.headdim) return;
+  for (int batch = blockIdx.z; batch < shape.batch; batch += gridDim.z) {
+    const SequenceView seq = SequenceView::of(p.fwd, batch);
+    float4 sum[Rows::kPasses][2];
+#pragma unroll
+    for (int pass = 0; pass < Rows::kPasses; ++pass) {
+      const int row = row0 + pass * Rows::kRowsPerPass;
+      sum[pass][0] = sum[pass][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row >= seq.seqlen_q) continue;
+      const float* accum_row = p.dq_accum + Accum::row_offset(p, seq, head, row);
+      const int lo = Accum::col_offset(row, col), hi = Accum::col_offset(row, col + 4);
+      if (p.dq_semaphore == nullptr) {  // one slice, zeroed by the preprocess: no add, so no load waits
+        sum[pass][0] = *reinterpret_cast<const float4*>(accum_row + lo);
+        sum[pass][1] = *reinterpret_cast<const float4*>(accum_row + hi);
+        continue;
+      }
+      for (int slice = 0; slice < p.dq_slices; ++slice) {
+        if (p.dq_semaphore[dq_counter_index(shape, slice, batch, head, row / kMinBwdBlockM)] == 0)
+          continue;  // no key block added into this slice's rows
+        add_float4(sum[pass][0], *reinterpret_cast<const float4*>(accum_row + slice * p.dq_slice_stride + lo));
+        add_float4(sum[pass][1], *reinterpret_cast<const float4*>(accum_row + slice * p.dq_slice_stride + hi));
+      }
+    }
+    const float scale = p.fwd.softmax_scale;  // dS left it out (dscores_from_dprobs)
+#pragma unroll
+    for (int pass = 0; pass < Rows::kPasses; ++pass) {
+      const int row = row0 + pass * Rows::kRowsPerPass;
+      if (row >= seq.seqlen_q) continue;
+      const float4 a = sum[pass][0], b = sum[pass][1];
+      uint4 packed;
+      packed.x = arch::pack_pair<T>(a.x * scale, a.y * scale);
+      packed.y = arch::pack_pair<T>(a.z * scale, a.w * scale);
+      packed.z = arch::pack_pair<T>(b.x * scale, b.y * scale);
+      packed.w = arch::pack_pair<T>(b.z * scale, b.w * scale);
+      *reinterpret_cast<uint4*>(seq.q_side<T>(p.dq, row, head) + col) = packed;
+    }
   }
-  const float scale = p.fwd.softmax_scale;  // dS left it out (dscores_from_dprobs)
-  uint2 packed;
-  packed.x = arch::pack_pair<T>(v.x * scale, v.y * scale);
-  packed.y = arch::pack_pair<T>(v.z * scale, v.w * scale);
-  *reinterpret_cast<uint2*>(seq.q_side<T>(p.dq, row, head) + 4 * unit) = packed;
 }
 
 template <typename T, int kHeadDim>
 cudaError_t run_convert_dq(const BwdParams& params, cudaStream_t stream) {
-  constexpr int kRowsPerBlock = 256 / (kHeadDim / 4);
+  using Rows = ConvertDqRows<kHeadDim>;
   const AttentionShape& s = params.fwd.shape;
-  const int64_t rows = static_cast<int64_t>(s.batch) * s.heads * s.seqlen_q;
-  convert_dq_kernel<T, kHeadDim><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), 256, 0, stream>>>(
-      params);
+  const dim3 grid(static_cast<unsigned>((s.seqlen_q + Rows::kRowsPerBlock - 1) / Rows::kRowsPerBlock),
+                  static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch < 65535 ? s.batch : 65535));
+  convert_dq_kernel<T, kHeadDim><<<grid, Rows::kThreads, 0, stream>>>(params);
   return cudaGetLastError();
 }
 
