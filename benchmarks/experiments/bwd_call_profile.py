@@ -1,0 +1,64 @@
+"""Where the time of one backward call goes, ours against SDPA cuDNN's: torch.profiler's CUDA kernel
+table of 10 backward calls (torch.autograd.grad of one forward, graph retained), bf16, hidden 2048,
+batch x seqlen = 16k tokens (the speed suite's shapes), hd 128 by default: the main kernel and what
+else each call launches (our preprocess, which also clears dq_accum, and the dQ convert pass).
+
+    python benchmarks/experiments/bwd_call_profile.py [--headdim 128] [--seqlens 512 1024 4096] [--only ours]
+"""
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+from flash_attn import flash_attn_func
+
+HIDDEN, TOKENS, CALLS = 2048, 16384, 10
+
+
+def cudnn(q, k, v, causal):
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=causal).transpose(1, 2)
+
+
+def profile_backward(attention, seqlen, headdim, causal):
+    heads, batch = HIDDEN // headdim, TOKENS // seqlen
+    q, k, v = (torch.randn(batch, seqlen, heads, headdim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    out = attention(q, k, v, causal)
+    dout = torch.randn_like(out)
+
+    def call():
+        return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(CALLS):
+            call()
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=70)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--headdim", type=int, default=128)
+    parser.add_argument("--seqlens", nargs="+", type=int, default=(512, 1024, 4096))
+    parser.add_argument("--only", choices=("ours", "cudnn"), help="profile one of the two")
+    args = parser.parse_args()
+    attentions = {"ours": lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal), "cudnn": cudnn}
+    if args.only:
+        attentions = {args.only: attentions[args.only]}
+    for seqlen in args.seqlens:
+        for causal in (False, True):
+            for name, attention in attentions.items():
+                print(f"=== {name}: hd {args.headdim} seqlen {seqlen} causal {causal}, {CALLS} backward calls")
+                print(profile_backward(attention, seqlen, args.headdim, causal))
+
+
+if __name__ == "__main__":
+    main()
