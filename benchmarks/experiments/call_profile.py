@@ -1,9 +1,11 @@
-"""Where the time of one backward call goes, ours against SDPA cuDNN's: torch.profiler's CUDA kernel
-table of 10 backward calls (torch.autograd.grad of one forward, graph retained), bf16, hidden 2048,
-batch x seqlen = 16k tokens (the speed suite's shapes), hd 128 by default: the main kernel and what
-else each call launches (our preprocess, which also clears dq_accum, and the dQ convert pass).
+"""Where the time of one attention call goes, ours against SDPA cuDNN's: torch.profiler's CUDA kernel
+table of 10 backward calls (torch.autograd.grad of one forward, graph retained) or, with --pass fwd, 10
+forward calls; bf16, hidden 2048, batch x seqlen = 16k tokens (the speed suite's shapes), hd 128 by
+default: the main kernel and what else each call launches (in our backward the preprocess, which also
+clears dq_accum, and the dQ convert pass).
 
-    python benchmarks/experiments/bwd_call_profile.py [--headdim 128] [--seqlens 512 1024 4096] [--only ours]
+    python benchmarks/experiments/call_profile.py [--pass bwd] [--headdim 128] [--seqlens 512 1024 4096]
+        [--only ours]
 """
 
 import argparse
@@ -24,7 +26,7 @@ def cudnn(q, k, v, causal):
                                               is_causal=causal).transpose(1, 2)
 
 
-def profile_backward(attention, seqlen, headdim, causal):
+def profile_calls(attention, forward_only, seqlen, headdim, causal):
     heads, batch = HIDDEN // headdim, TOKENS // seqlen
     q, k, v = (torch.randn(batch, seqlen, heads, headdim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))
@@ -32,6 +34,9 @@ def profile_backward(attention, seqlen, headdim, causal):
     dout = torch.randn_like(out)
 
     def call():
+        if forward_only:
+            with torch.no_grad():
+                return attention(q, k, v, causal)
         return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
 
     for _ in range(3):
@@ -48,6 +53,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--headdim", type=int, default=128)
     parser.add_argument("--seqlens", nargs="+", type=int, default=(512, 1024, 4096))
+    parser.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="bwd")
     parser.add_argument("--only", choices=("ours", "cudnn"), help="profile one of the two")
     args = parser.parse_args()
     attentions = {"ours": lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal), "cudnn": cudnn}
@@ -56,8 +62,8 @@ def main():
     for seqlen in args.seqlens:
         for causal in (False, True):
             for name, attention in attentions.items():
-                print(f"=== {name}: hd {args.headdim} seqlen {seqlen} causal {causal}, {CALLS} backward calls")
-                print(profile_backward(attention, seqlen, args.headdim, causal))
+                print(f"=== {name}: hd {args.headdim} seqlen {seqlen} causal {causal}, {CALLS} {args.pass_} calls")
+                print(profile_calls(attention, args.pass_ == "fwd", seqlen, args.headdim, causal))
 
 
 if __name__ == "__main__":
