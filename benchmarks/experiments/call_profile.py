@@ -39,14 +39,19 @@ def profile_calls(attention, forward_only, seqlen, headdim, causal):
                 return attention(q, k, v, causal)
         return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
 
+    return kernel_table(call)
+
+
+def kernel_table(call, calls=CALLS, row_limit=8):
+    """torch.profiler's CUDA table (by total time) of `calls` calls of call(), after three warm-up calls."""
     for _ in range(3):
         call()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(CALLS):
+        for _ in range(calls):
             call()
         torch.cuda.synchronize()
-    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=70)
+    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=row_limit, max_name_column_width=70)
 
 
 def main():

@@ -10,7 +10,7 @@ FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE.
 import argparse
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from call_profile import kernel_table  # a sibling script: its directory is on sys.path when run
 
 from flash_attn import flash_attn_func
 
@@ -26,14 +26,7 @@ def profile_calls(seqlen, headdim, causal):
     def call():
         return flash_attn_func(q, k, v, causal=causal, q_descale=ones, k_descale=ones, v_descale=ones)
 
-    for _ in range(3):  # compile / warm up outside the profile
-        call()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(CALLS):
-            call()
-        torch.cuda.synchronize()
-    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=6, max_name_column_width=60)
+    return kernel_table(call, CALLS, row_limit=6)  # the warm-up calls compile outside the profile
 
 
 def main():
