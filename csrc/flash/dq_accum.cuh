@@ -50,10 +50,10 @@ struct DqAccum {
 
 // The convert pass's work split: a block of kThreads converts kRowsPerBlock rows of one (head,
 // batch), each thread 8 columns (two 16-byte loads, one 16-byte store) of kPasses rows, every load
-// issued before the first store. One thread per 4 columns and row, with the (batch, head, row)
-// split from a 64-bit row index, took 77 µs at hd 128 / 16k tokens / 16 heads against cuDNN's 57
-// for the same conversion (H200, benchmarks/NOTES.md v32): one 16-byte load in flight per thread and
-// 64-bit divisions per 16 bytes.
+// issued before the first store: 50 µs at hd 128 / 16k tokens / 16 heads (4.0 TB/s), where one
+// thread per 4 columns and row, with the (batch, head, row) split from a 64-bit row index, took 77
+// µs, cuDNN's convert 57 (H200, benchmarks/NOTES.md v32): one 16-byte load in flight per thread and
+// 64-bit divisions per 16 bytes. (kPasses 4 is the one value measured.)
 template <int kHeadDim>
 struct ConvertDqRows {
   static constexpr int kThreads = 256;
