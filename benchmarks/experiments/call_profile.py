@@ -28,18 +28,13 @@ def cudnn(q, k, v, causal):
 
 def profile_calls(attention, forward_only, seqlen, headdim, causal):
     heads, batch = HIDDEN // headdim, TOKENS // seqlen
-    q, k, v = (torch.randn(batch, seqlen, heads, headdim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
+    q, k, v = (torch.randn(batch, seqlen, heads, headdim, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=not forward_only) for _ in range(3))
+    if forward_only:
+        return kernel_table(lambda: attention(q, k, v, causal))
     out = attention(q, k, v, causal)
     dout = torch.randn_like(out)
-
-    def call():
-        if forward_only:
-            with torch.no_grad():
-                return attention(q, k, v, causal)
-        return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
-
-    return kernel_table(call)
+    return kernel_table(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
 
 
 def kernel_table(call, calls=CALLS, row_limit=8):
