@@ -97,12 +97,20 @@ struct FwdWsTile<192> {
   using extras_type = FwdWsConfig<192, 64, 2, 2>;
   static bool preferred(const FwdParams&) { return true; }
 };
+// hd 256 causal up to 1k keys: a second plain kernel on 64-key steps (short_steps_type, where
+// short_steps_preferred). Against 128-row tiles, 80-key blocks cover 12.5% more key columns than the
+// causal triangle needs at 512 keys (a tile ending at row 128 k walks ceil(128 k / 80) blocks), 6% at
+// 1k, 3% at 2k; 64-key blocks end on every tile's diagonal. The 80-key kernel was 2-10% slower than
+// 64-key steps at 512 causal when it was adopted (benchmarks/NOTES.md v18 item 2), and 512 causal is the
+// hd 256 cell furthest behind cuDNN (0.90-0.92).
 template <>
 struct FwdWsTile<256> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<256, 80, 2, 2>;
   using extras_type = FwdWsConfig<256, 64, 2, 2>;
+  using short_steps_type = FwdWsConfig<256, 64, 2, 2>;
   static bool preferred(const FwdParams&) { return true; }
+  static bool short_steps_preferred(const FwdParams& p) { return p.causal && p.shape.seqlen_k <= 1024; }
 };
 
 // hd 96: TMA boxes and the 128-byte swizzle move whole 64-column blocks, so it runs the hd 128
@@ -125,6 +133,22 @@ struct FwdWsTile<32> : FwdWsTile<64> {
 template <int kHeadDim, bool kScoreExtras>
 using FwdWsConfigFor =
     std::conditional_t<kScoreExtras, typename FwdWsTile<kHeadDim>::extras_type, typename FwdWsTile<kHeadDim>::type>;
+
+// Whether FwdWsTile<kHeadDim> has a second plain configuration on shorter key steps.
+template <int kHeadDim, typename = void>
+struct HasShortSteps : std::false_type {};
+template <int kHeadDim>
+struct HasShortSteps<kHeadDim, std::void_t<typename FwdWsTile<kHeadDim>::short_steps_type>> : std::true_type {};
+
+// FLASH_ATTN_SM90_FWD_SHORT_STEPS=1 / 0 forces the short-step plain kernel on / off where a head
+// dim has one (tests, A/B measurements); unset, FwdWsTile::short_steps_preferred decides per call.
+template <int kHeadDim>
+bool short_steps_chosen(const FwdParams& p) {
+  const char* choice = std::getenv("FLASH_ATTN_SM90_FWD_SHORT_STEPS");
+  if (choice != nullptr && std::strcmp(choice, "1") == 0) return true;
+  if (choice != nullptr && std::strcmp(choice, "0") == 0) return false;
+  return FwdWsTile<kHeadDim>::short_steps_preferred(p);
+}
 
 // FLASH_ATTN_SM90_FWD picks the Hopper forward where both exist: "ws" the warp-specialized one,
 // "cpasync" the other, unset FwdWsTile::preferred (read per call: the tests and the A/B benchmarks
@@ -176,16 +200,24 @@ bool make_fwd_tensor_maps(const FwdParams& p, FwdTensorMaps& maps) {
          arch::encode_swizzled_row_map(&maps.v, sequence_rows_view(p, p.v, true), Cfg::kBlockN);
 }
 
+template <typename T, typename Cfg, bool kScoreExtras>
+cudaError_t run_fwd_sm90_ws(const FwdParams& params, cudaStream_t stream, bool& launched) {
+  FwdTensorMaps maps;
+  if (!make_fwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
+  launched = true;
+  return launch_over_query_tiles<Cfg>(fwd_kernel_sm90_ws<T, Cfg, kScoreExtras>, params, maps, stream);
+}
+
 template <typename T, int kHeadDim, bool kScoreExtras>
 cudaError_t try_run_fwd_sm90_ws(const FwdParams& params, cudaStream_t stream, bool& launched) {
   launched = false;
   if constexpr (FwdWsTile<kHeadDim>::kAvailable) {
-    using Cfg = FwdWsConfigFor<kHeadDim, kScoreExtras>;
-    FwdTensorMaps maps;
     if (!warp_specialized_fwd_chosen<kHeadDim>(params)) return cudaSuccess;
-    if (!make_fwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
-    launched = true;
-    return launch_over_query_tiles<Cfg>(fwd_kernel_sm90_ws<T, Cfg, kScoreExtras>, params, maps, stream);
+    if constexpr (!kScoreExtras && HasShortSteps<kHeadDim>::value) {
+      if (short_steps_chosen<kHeadDim>(params))
+        return run_fwd_sm90_ws<T, typename FwdWsTile<kHeadDim>::short_steps_type, false>(params, stream, launched);
+    }
+    return run_fwd_sm90_ws<T, FwdWsConfigFor<kHeadDim, kScoreExtras>, kScoreExtras>(params, stream, launched);
   }
   return cudaSuccess;
 }
