@@ -117,47 +117,51 @@ def test_narrow_head_dims_run_the_wider_warp_specialized_kernels(monkeypatch, he
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
-def test_hd256_short_causal_walks_take_64_key_steps(monkeypatch):
-    """hd 256 causal calls up to 1k keys run the plain warp-specialized forward on 64-key steps
-    (FwdWsTile<256>::short_steps_type in launch_fwd_sm90.cuh), other calls its 80-key kernel;
+@pytest.mark.parametrize("headdim,wide_steps,last_short", [(192, 112, 1024), (256, 80, 1024)])
+def test_short_causal_walks_take_64_key_steps(monkeypatch, headdim, wide_steps, last_short):
+    """hd 192 / 256 causal calls up to last_short keys run the plain warp-specialized forward on 64-key
+    steps (FwdWsTile::short_steps_type in launch_fwd_sm90.cuh), other calls its wider-step kernel;
     FLASH_ATTN_SM90_FWD_SHORT_STEPS=1 / 0 forces either."""
-    _require_exact_kernel(256)
-    cases = {(True, 300): "FwdWsConfig<256, 64, ", (True, 1024): "FwdWsConfig<256, 64, ",
-             (True, 1100): "FwdWsConfig<256, 80, ", (False, 300): "FwdWsConfig<256, 80, "}
+    _require_exact_kernel(headdim)
+    short, wide = f"FwdWsConfig<{headdim}, 64, ", f"FwdWsConfig<{headdim}, {wide_steps}, "
+    cases = {(True, 300): short, (True, last_short): short, (True, last_short + 1): wide, (False, 300): wide}
     for (causal, seqlen), config in cases.items():
-        forward, _ = _kernel_names(256, causal, seqlen)
+        forward, _ = _kernel_names(headdim, causal, seqlen)
         assert forward and all(config in name for name in forward), (causal, seqlen, forward)
-    for value, config in (("1", "FwdWsConfig<256, 64, "), ("0", "FwdWsConfig<256, 80, ")):
+    for value, config in (("1", short), ("0", wide)):
         monkeypatch.setenv("FLASH_ATTN_SM90_FWD_SHORT_STEPS", value)
         for causal in (False, True):
-            forward, _ = _kernel_names(256, causal)
+            forward, _ = _kernel_names(headdim, causal)
             assert forward and all(config in name for name in forward), (value, causal, forward)
 
 
 # (batch, seqlen_q, seqlen_k, nheads, nheads_k, mods): several tiles per CTA, uneven tails, GQA.
-HD256_STEP_CASES = [(2, 1000, 1000, 16, 4, Mods(causal=True)), (3, 700, 500, 8, 8, Mods()),
-                    (2, 513, 1024, 8, 2, Mods(causal=True)), (2, 1024, 700, 4, 4, Mods(causal=True))]
+STEP_CASES = [(2, 1000, 1000, 16, 4, Mods(causal=True)), (3, 700, 500, 8, 8, Mods()),
+              (2, 513, 1024, 8, 2, Mods(causal=True)), (2, 1024, 700, 4, 4, Mods(causal=True))]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("short_steps", ["1", "0"])
-@pytest.mark.parametrize("batch,seqlen_q,seqlen_k,nheads,nheads_k,mods", HD256_STEP_CASES)
-def test_hd256_plain_forwards_forced(monkeypatch, short_steps, dtype, batch, seqlen_q, seqlen_k, nheads, nheads_k,
-                                     mods):
-    """Both plain hd 256 forwards (64- and 80-key steps) forced, causal or not, against the reference."""
-    require_kernel(dtype, 256)
+@pytest.mark.parametrize("batch,seqlen_q,seqlen_k,nheads,nheads_k,mods", STEP_CASES)
+@pytest.mark.parametrize("headdim", [192, 256])
+def test_plain_forwards_forced(monkeypatch, headdim, short_steps, dtype, batch, seqlen_q, seqlen_k, nheads, nheads_k,
+                               mods):
+    """Both plain hd 192 / 256 forwards (64-key steps and the wider ones) forced, causal or not,
+    against the reference."""
+    require_kernel(dtype, headdim)
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD_SHORT_STEPS", short_steps)
-    check_dense(mods, batch, seqlen_q, seqlen_k, nheads, nheads_k, 256, dtype, "cuda")
+    check_dense(mods, batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, dtype, "cuda")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("short_steps", ["1", "0"])
-def test_hd256_plain_forwards_forced_varlen(monkeypatch, short_steps):
-    require_kernel(torch.bfloat16, 256)
+@pytest.mark.parametrize("headdim", [192, 256])
+def test_plain_forwards_forced_varlen(monkeypatch, headdim, short_steps):
+    require_kernel(torch.bfloat16, headdim)
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD_SHORT_STEPS", short_steps)
     lengths = _varlen_lengths(37, seed=11)
-    check_varlen(Mods(causal=True), lengths, lengths, 8, 2, 256, torch.bfloat16, "cuda")
+    check_varlen(Mods(causal=True), lengths, lengths, 8, 2, headdim, torch.bfloat16, "cuda")
 
 
 SM80_CASES = [(64, 239, 300, 4, 4, False), (64, 1023, 1024, 4, 2, True), (128, 113, 203, 4, 1, True),

@@ -90,25 +90,28 @@ struct FwdWsTile<128> {
 // not, 3.5% at 512, but 6.5% more at 512 causal (H200, bf16, two rounds; 80-key steps with O staged
 // and 96-key steps sat between; benchmarks/NOTES.md v31). No cp.async wgmma kernel at these head
 // dims: the sm80 kernel is the fallback.
+// Short causal walks at hd 192 / 256 take a second plain kernel on 64-key steps (short_steps_type,
+// where short_steps_preferred). Against 128-row tiles, a tile ending at row 128 k walks ceil(128 k /
+// N) blocks of N keys: 80-key blocks cover 12.5% more key columns than the causal triangle at 512
+// keys, 6% at 1k, 3% at 2k; 112-key blocks 22.5%, 9.4%, 4.9%. 64-key blocks end on every tile's
+// diagonal. hd 256 (H200, bf16, one process): 512 causal 110.4 -> 105.4 µs, 1k 159.6 -> 157.7, 2k
+// 260.3 -> 263.2 (benchmarks/NOTES.md v33 item 4); hd 192: 512 causal 6.5% faster on 64-key steps (v31
+// item 11), 2k 7% slower.
 template <>
 struct FwdWsTile<192> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<192, 112, 2, 2>;
   using extras_type = FwdWsConfig<192, 64, 2, 2>;
+  using short_steps_type = extras_type;
   static bool preferred(const FwdParams&) { return true; }
+  static bool short_steps_preferred(const FwdParams& p) { return p.causal && p.shape.seqlen_k <= 1024; }
 };
-// hd 256 causal up to 1k keys: a second plain kernel on 64-key steps (short_steps_type, where
-// short_steps_preferred). Against 128-row tiles, 80-key blocks cover 12.5% more key columns than the
-// causal triangle needs at 512 keys (a tile ending at row 128 k walks ceil(128 k / 80) blocks), 6% at
-// 1k, 3% at 2k; 64-key blocks end on every tile's diagonal. The 80-key kernel was 2-10% slower than
-// 64-key steps at 512 causal when it was adopted (benchmarks/NOTES.md v18 item 2), and 512 causal is the
-// hd 256 cell furthest behind cuDNN (0.90-0.92).
 template <>
 struct FwdWsTile<256> {
   static constexpr bool kAvailable = true;
   using type = FwdWsConfig<256, 80, 2, 2>;
   using extras_type = FwdWsConfig<256, 64, 2, 2>;
-  using short_steps_type = FwdWsConfig<256, 64, 2, 2>;
+  using short_steps_type = extras_type;
   static bool preferred(const FwdParams&) { return true; }
   static bool short_steps_preferred(const FwdParams& p) { return p.causal && p.shape.seqlen_k <= 1024; }
 };
