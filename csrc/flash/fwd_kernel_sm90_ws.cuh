@@ -220,25 +220,21 @@ __device__ __forceinline__ void write_output_rows(const FwdParams& p, const Maps
   const int lane = group_tid % arch::kWarpSize, group_row0 = turns.consumer * 64;
   const int warp_row0 = group_row0 + (group_tid / arch::kWarpSize) * 16;
   if constexpr (Cfg::kStageO) {
-    if (maps.o_by_tma) {
-      if (group_tid == 0) arch::bulk_wait_source_read<0>();  // the previous tile's store has read the rows
-      arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
-      arch::store_accumulators_swizzled<typename Cfg::OTile, kHeadNT, T>(s.o(), warp_row0, acc, lane);
-      arch::fence_proxy_async();  // the rows, visible to the TMA engine
-      arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
-      if (group_tid == 0) {
-        arch::tma_store_swizzled_rows<Cfg::kBlockM, Cfg::kHeadDim, 64>(
-            &maps.o, s.o(), group_row0, static_cast<int>(qb.seq.q_row0) + qb.m0 + group_row0, qb.head,
-            qb.seq.batch_index);
-        arch::bulk_commit();
-      }
-      return;
-    }
-    arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
+    const bool by_tma = maps.o_by_tma;
+    if (by_tma && group_tid == 0) arch::bulk_wait_source_read<0>();  // the previous tile's store has read the rows
+    arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);  // and every thread its copy
     arch::store_accumulators_swizzled<typename Cfg::OTile, kHeadNT, T>(s.o(), warp_row0, acc, lane);
+    if (by_tma) arch::fence_proxy_async();  // the rows, visible to the TMA engine
     arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
-    arch::copy_swizzled_rows_to_global<typename Cfg::OTile, 64, Cfg::kHeadDim, arch::kWarpgroupThreads>(
-        qb.template out<T>(p), p.out.row_stride, s.o(), group_row0, qb.rows_q, p.shape.headdim, group_tid);
+    if (!by_tma) {
+      arch::copy_swizzled_rows_to_global<typename Cfg::OTile, 64, Cfg::kHeadDim, arch::kWarpgroupThreads>(
+          qb.template out<T>(p), p.out.row_stride, s.o(), group_row0, qb.rows_q, p.shape.headdim, group_tid);
+    } else if (group_tid == 0) {
+      arch::tma_store_swizzled_rows<Cfg::kBlockM, Cfg::kHeadDim, 64>(
+          &maps.o, s.o(), group_row0, static_cast<int>(qb.seq.q_row0) + qb.m0 + group_row0, qb.head,
+          qb.seq.batch_index);
+      arch::bulk_commit();
+    }
   } else {
     arch::store_accumulator_rows<kHeadNT, T>(qb.template out<T>(p), p.out.row_stride, warp_row0, acc, lane, qb.rows_q,
                                              p.shape.headdim);
