@@ -3,7 +3,8 @@ of csrc/flash with its CUDA qualifiers defined away, is compiled here with g++ a
 header's own code against a plain-C++ statement of what it must compute, printing "N wrong".
 - fast_divmod_test.cpp: FastDivmod (the tile walk's division by launch-time divisors) against / and %.
 - mask_test.cpp: AttentionMask's row-range and block queries (which key blocks the forward's step
-  walk leaves unmasked) against the per-row ranges and block_fully_visible."""
+  walk leaves unmasked) against the per-row ranges and block_fully_visible.
+- env_switch_test.cpp: the kernel switches' reading of their environment variable (env_switch.h)."""
 
 import os
 import shutil
@@ -14,7 +15,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("source", ["fast_divmod_test.cpp", "mask_test.cpp"])
+@pytest.mark.parametrize("source", ["fast_divmod_test.cpp", "mask_test.cpp", "env_switch_test.cpp"])
 def test_header_code_on_the_host(tmp_path, source):
     compiler = shutil.which("g++")
     if compiler is None:

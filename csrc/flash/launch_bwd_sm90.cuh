@@ -3,12 +3,10 @@
 // its tensor maps can be made, else the cp.async one (bwd_kernel_sm90.cuh).
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
-
 #include "bwd_kernel_sm90.cuh"
 #include "bwd_kernel_sm90_head_split.cuh"
 #include "bwd_kernel_sm90_ws.cuh"
+#include "env_switch.h"
 #include "launch_attributes.h"
 #include "launch_sm90.cuh"
 
@@ -129,12 +127,11 @@ struct BwdHeadSplitTile<256> {
 // - else BwdWsTile::preferred.
 template <int kHeadDim, bool kScoreExtras>
 bool warp_specialized_bwd_chosen(const BwdParams& p) {
-  const char* choice = std::getenv("FLASH_ATTN_SM90_BWD");
-  if (choice != nullptr && std::strcmp(choice, "ws") == 0) return true;
-  if (choice != nullptr && std::strcmp(choice, "cpasync") == 0) return false;
-  if (p.dq_semaphore != nullptr) return true;
-  if (kScoreExtras) return BwdWsTile<kHeadDim>::extras_preferred(p);
-  return BwdWsTile<kHeadDim>::preferred(p);
+  return env_switch_or("FLASH_ATTN_SM90_BWD", "ws", "cpasync", [&] {
+    if (p.dq_semaphore != nullptr) return true;
+    if (kScoreExtras) return BwdWsTile<kHeadDim>::extras_preferred(p);
+    return BwdWsTile<kHeadDim>::preferred(p);
+  });
 }
 
 // The TMA views of q, dout, k and v (sequence_rows_view). False when the driver cannot describe them;
@@ -187,8 +184,8 @@ cudaError_t try_run_bwd_head_split(const BwdParams& params, cudaStream_t stream,
   auto kernel = bwd_kernel_sm90_head_split<T, Cfg, kScoreExtras>;
   bool usable = false;
   cudaError_t err = can_run_sm90(kernel, device, usable);
-  const char* choice = std::getenv("FLASH_ATTN_SM90_BWD");
-  if (err != cudaSuccess || !usable || (choice != nullptr && std::strcmp(choice, "cpasync") == 0)) return err;
+  const bool forced_off = read_env_switch("FLASH_ATTN_SM90_BWD", "ws", "cpasync") == EnvSwitch::kOff;
+  if (err != cudaSuccess || !usable || forced_off) return err;
   BwdTensorMaps maps;
   if (!make_bwd_tensor_maps<Cfg>(params, maps)) return cudaSuccess;
   err = allow_dynamic_smem(kernel, Cfg::kSmemBytes);

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "arch/sm90_tensor_map.h"
+#include "env_switch.h"
 #include "fwd_kernel_sm90.cuh"
 #include "fwd_kernel_sm90_ws.cuh"
 #include "launch_attributes.h"
@@ -147,10 +148,8 @@ struct HasShortSteps<kHeadDim, std::void_t<typename FwdWsTile<kHeadDim>::short_s
 // dim has one (tests, A/B measurements); unset, FwdWsTile::short_steps_preferred decides per call.
 template <int kHeadDim>
 bool short_steps_chosen(const FwdParams& p) {
-  const char* choice = std::getenv("FLASH_ATTN_SM90_FWD_SHORT_STEPS");
-  if (choice != nullptr && std::strcmp(choice, "1") == 0) return true;
-  if (choice != nullptr && std::strcmp(choice, "0") == 0) return false;
-  return FwdWsTile<kHeadDim>::short_steps_preferred(p);
+  return env_switch_or("FLASH_ATTN_SM90_FWD_SHORT_STEPS", "1", "0",
+                       [&] { return FwdWsTile<kHeadDim>::short_steps_preferred(p); });
 }
 
 // FLASH_ATTN_SM90_FWD picks the Hopper forward where both exist: "ws" the warp-specialized one,
@@ -158,10 +157,7 @@ bool short_steps_chosen(const FwdParams& p) {
 // switch it).
 template <int kHeadDim>
 bool warp_specialized_fwd_chosen(const FwdParams& p) {
-  const char* choice = std::getenv("FLASH_ATTN_SM90_FWD");
-  if (choice != nullptr && std::strcmp(choice, "ws") == 0) return true;
-  if (choice != nullptr && std::strcmp(choice, "cpasync") == 0) return false;
-  return FwdWsTile<kHeadDim>::preferred(p);
+  return env_switch_or("FLASH_ATTN_SM90_FWD", "ws", "cpasync", [&] { return FwdWsTile<kHeadDim>::preferred(p); });
 }
 
 // Launches the warp-specialized forward over its query tiles (query_tile_scheduler.cuh): one CTA
