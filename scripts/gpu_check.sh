@@ -8,6 +8,8 @@
 #   STAGES="build sanitize" scripts/gpu_check.sh  # compute-sanitizer memcheck of the varlen and kvcache bad-metadata tests
 #   STAGES="triton" scripts/gpu_check.sh  # the Triton backend's tests alone (tests/test_triton_*.py, no build
 #     needed): ~11 s a case on an H100, mostly kernel compilation, so the test stage leaves those files to this stage
+#   STAGES="triton_suite" scripts/gpu_check.sh  # the GPU suite (attention, features, kvcache, compile) against
+#     the Triton backend (FLASH_ATTN_TEST_BACKEND=triton, tests/helpers.py), TRITON_SUITE_WORKERS pytest-xdist workers
 #   STAGES="sweep" SWEEP_ARGS="64 8192 0;128 2048 1" scripts/gpu_check.sh
 #   STAGES="build ab" AB_SCRIPT=benchmarks/experiments/scheduler_ab.py scripts/gpu_check.sh
 #     before/after: builds the baseline tree in ./old_tree (an ignored export of the commit before,
@@ -31,7 +33,8 @@ LOG=$OUT/check.log
 # Per-stage time limits (seconds) so one stuck stage leaves time for the others' output.
 declare -A LIMIT=([build]=${BUILD_LIMIT:-300} [test]=${TEST_LIMIT:-300} [bench]=${BENCH_LIMIT:-240}
                   [sweep]=${SWEEP_LIMIT:-150} [sanitize]=${SANITIZE_LIMIT:-200} [ab]=${AB_LIMIT:-300}
-                  [triton]=${TRITON_LIMIT:-480})
+                  [triton]=${TRITON_LIMIT:-480} [triton_suite]=${TRITON_SUITE_LIMIT:-540})
+has_stage() { [[ " $STAGES " == *" $1 "* ]]; }  # STAGES lists stage names separated by spaces
 stage() {  # stage NAME COMMAND...: runs, appends its output to $LOG, records wall time and status
   local name=$1; shift
   local start=$SECONDS
@@ -60,36 +63,42 @@ build() {
 print('compiled', sorted((str(d), h) for d, h in o.compiled_configs()))"
 }
 
-if [[ $STAGES == *build* ]]; then
+if has_stage build; then
   export -f build
   stage build bash -c build; cat /tmp/.stage.log
 fi
-if [[ $STAGES == *test* ]]; then
+if has_stage test; then
   stage test python3 -m pytest -q --maxfail=10 --durations=15 -p no:cacheprovider tests \
     --ignore-glob='tests/test_triton_*.py' ${PYTEST_ARGS:-}
   tail -n 40 /tmp/.stage.log
 fi
-if [[ $STAGES == *triton* ]]; then
+if has_stage triton; then
   stage triton python3 -m pytest -q --maxfail=10 -p no:cacheprovider tests/test_triton_*.py ${PYTEST_ARGS:-}
   tail -n 20 /tmp/.stage.log
 fi
-if [[ $STAGES == *sanitize* ]]; then  # memcheck: no kernel reads or writes outside its tensors
+if has_stage triton_suite; then  # the GPU suite's public-function tests against the Triton backend
+  stage triton_suite env FLASH_ATTN_TEST_BACKEND=triton python3 -m pytest -q --maxfail=20 -p no:cacheprovider \
+    -n "${TRITON_SUITE_WORKERS:-14}" tests/test_gpu_attention.py tests/test_gpu_features.py tests/test_gpu_kvcache.py \
+    tests/test_gpu_compile.py ${PYTEST_ARGS:-}
+  tail -n 30 /tmp/.stage.log
+fi
+if has_stage sanitize; then  # memcheck: no kernel reads or writes outside its tensors
   stage sanitize compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
     tests/test_gpu_features.py tests/test_gpu_kvcache.py -k sanitizer
   tail -n 30 /tmp/.stage.log
 fi
-if [[ $STAGES == *bench* ]]; then
+if has_stage bench; then
   stage bench python3 -m flash_attn.benchmark --quick --out "$OUT/bench" ${BENCH_ARGS:-}
   grep -v "^\[" /tmp/.stage.log | tail -n 150
 fi
-if [[ $STAGES == *sweep* ]]; then  # tile-configuration sweep, torch-free (benchmarks/experiments)
+if has_stage sweep; then  # tile-configuration sweep, torch-free (benchmarks/experiments)
   # SWEEP_ARGS: selections separated by ';', each "headdim [seqlen [causal]]" (default: all)
   stage sweep bash -c "nvcc -O3 --expt-relaxed-constexpr -I csrc -gencode=arch=compute_90a,code=sm_90a \
     benchmarks/experiments/tile_sweep.cu -o /tmp/tile_sweep && IFS=';' && for args in \${SWEEP_ARGS:-''}; do \
     IFS=' '; /tmp/tile_sweep \$args; done"
   cat /tmp/.stage.log
 fi
-if [[ $STAGES == *ab* ]]; then
+if has_stage ab; then
   ab() {
     (cd old_tree && FLASH_ATTN_HDIMS=${AB_HDIMS:-"64;128"} FLASH_ATTN_DTYPES=${AB_DTYPES:-bf16} \
       python3 setup.py build_ext --inplace 2>&1 | grep -E "error|Error" ; true)

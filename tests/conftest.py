@@ -24,15 +24,26 @@ def _seed_per_test(request):
 
 
 @pytest.fixture
-def cuda_test_setup():
+def cuda_test_setup(monkeypatch):
     """For GPU test modules (pytestmark usefixtures): the CUDA ops fill every output with NaN before
     their kernels run, so an element a kernel never writes fails the test; and fp32 matmuls in the
-    reference use full fp32 (no TF32), so the reference is the fp32 math the rule assumes."""
+    reference use full fp32 (no TF32), so the reference is the fp32 math the rule assumes. With
+    FLASH_ATTN_TEST_BACKEND=triton (helpers.py) the public functions run the Triton backend, whose
+    outputs are poisoned the same way (flash_attn/triton/poison.py)."""
     import flash_attn.ops
+    from helpers import TEST_BACKEND
 
-    previous_poison = flash_attn.ops.set_poison_outputs(True)
+    if TEST_BACKEND == "triton":
+        monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+        from flash_attn.triton import poison
+
+        previous_triton_poison = poison.set_poison_outputs(True)
+    previous_poison = flash_attn.ops.set_poison_outputs(True) if flash_attn.ops.has_cuda_kernels() else None
     previous_precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     yield
     torch.set_float32_matmul_precision(previous_precision)
-    flash_attn.ops.set_poison_outputs(previous_poison)
+    if previous_poison is not None:
+        flash_attn.ops.set_poison_outputs(previous_poison)
+    if TEST_BACKEND == "triton":
+        poison.set_poison_outputs(previous_triton_poison)

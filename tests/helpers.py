@@ -14,6 +14,7 @@ gradients) is accurate to its own dtype.
 """
 
 import dataclasses
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -287,7 +288,10 @@ def round_up(x, multiple):
 
 def require_kernel(dtype, headdim):
     """Skip unless this build has a kernel for (dtype, headdim): the runtime uses the smallest
-    compiled head dim >= round_up(headdim, 8) for the dtype."""
+    compiled head dim >= round_up(headdim, 8) for the dtype. The Triton backend compiles its kernels
+    per call, for every head dim."""
+    if TEST_BACKEND == "triton":
+        return
     compiled = sorted(h for dt, h in flash_attn.ops.compiled_configs() if dt == dtype)
     if not any(h >= round_up(headdim, 8) for h in compiled):
         pytest.skip(
@@ -346,14 +350,32 @@ def opcheck_both_ops(device, nheads_k, window, softcap=0.0, alibi=False, varlen=
 
 # Module marks of the GPU test files: skip cleanly without a GPU or the extension (no GPU query
 # beyond is_available at import), and poison every output (conftest.cuda_test_setup).
+# The backend the GPU test modules run against, FLASH_ATTN_TEST_BACKEND: "cuda" (the default) the CUDA
+# kernels; "triton" the same tests with FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE set for each
+# (conftest.py, cuda_test_setup), so that every public function runs the Triton backend
+# (flash_attn/triton, issue #9). Tests of the CUDA kernels or ops themselves (kernel choice, op-level
+# messages, the sm90 switches, the CUDA fp8 forward) carry CUDA_KERNELS_ONLY and skip there.
+TEST_BACKEND = os.environ.get("FLASH_ATTN_TEST_BACKEND", "cuda")
+if TEST_BACKEND not in ("cuda", "triton"):
+    raise ValueError(f"FLASH_ATTN_TEST_BACKEND must be 'cuda' or 'triton', got {TEST_BACKEND!r}")
+
+
+def _gpu_tests_unavailable_reason():
+    if not torch.cuda.is_available():
+        return "needs a CUDA (or ROCm) GPU"
+    if TEST_BACKEND == "triton":
+        return None if importlib.util.find_spec("triton") is not None else "FLASH_ATTN_TEST_BACKEND=triton needs triton"
+    if not flash_attn.ops.has_cuda_kernels():
+        return f"needs the flash_attn._C extension ({flash_attn.ops.cuda_kernels_unavailable_reason()})"
+    return None
+
+
 GPU_TEST_MARKS = [
-    pytest.mark.skipif(
-        not torch.cuda.is_available() or not flash_attn.ops.has_cuda_kernels(),
-        reason=f"needs a CUDA GPU and the flash_attn._C extension "
-               f"({flash_attn.ops.cuda_kernels_unavailable_reason() or 'no CUDA device'})",
-    ),
+    pytest.mark.skipif(_gpu_tests_unavailable_reason() is not None, reason=str(_gpu_tests_unavailable_reason())),
     pytest.mark.usefixtures("cuda_test_setup"),
 ]
+CUDA_KERNELS_ONLY = pytest.mark.skipif(TEST_BACKEND != "cuda",
+                                       reason="a test of the CUDA kernels or ops themselves (FLASH_ATTN_TEST_BACKEND)")
 
 
 def run_sm90_layout_check(source, tmp_path):

@@ -20,7 +20,7 @@ import torch
 
 import flash_attn
 import flash_attn.ops
-from helpers import (GPU_TEST_MARKS, LAYOUTS, check_flash_attn, check_layouts, check_public, check_rows_without_keys,
+from helpers import (CUDA_KERNELS_ONLY, GPU_TEST_MARKS, LAYOUTS, check_flash_attn, check_layouts, check_public, check_rows_without_keys,
                      fwd_op, make_qkv, require_kernel)
 
 pytestmark = GPU_TEST_MARKS
@@ -134,6 +134,7 @@ def test_forward_is_deterministic(case):
         assert torch.equal(out, runs[0][0]) and torch.equal(lse, runs[0][1])
 
 
+@CUDA_KERNELS_ONLY
 def test_ops_reject_headdim_not_multiple_of_8():
     """The op itself (below the public functions, which pad) names the head dim rule."""
     q = torch.randn(1, 4, 2, 60, device="cuda", dtype=torch.bfloat16)
@@ -141,6 +142,7 @@ def test_ops_reject_headdim_not_multiple_of_8():
         fwd_op(q, q, q, 0.125, False)
 
 
+@CUDA_KERNELS_ONLY
 def test_ops_report_mismatched_shapes_with_numbers():
     """Op-level messages carry the sizes (formatted without iostreams, see csrc/torch/ops.cpp)."""
     q = torch.randn(1, 4, 3, 64, device="cuda", dtype=torch.bfloat16)
@@ -151,6 +153,7 @@ def test_ops_report_mismatched_shapes_with_numbers():
         fwd_op(q, k[:1], k[:1], 0.125, False)
 
 
+@CUDA_KERNELS_ONLY
 @pytest.mark.parametrize("headdim,causal", [(64, False), (128, True), (256, False)])
 def test_backward_single_stage(monkeypatch, headdim, causal):
     """The one-stage backward that GPUs with less shared memory than an H100 run (A100: hd >= 128)."""

@@ -8,7 +8,7 @@ import torch
 import flash_attn
 import flash_attn.ops
 from feature_checks import Mods, check_dense, check_varlen
-from helpers import GPU_TEST_MARKS, check_public, make_qkv, opcheck_both_ops, require_kernel
+from helpers import CUDA_KERNELS_ONLY, GPU_TEST_MARKS, check_public, make_qkv, opcheck_both_ops, require_kernel
 
 pytestmark = GPU_TEST_MARKS
 
@@ -24,6 +24,7 @@ OPCHECK_CASES = {  # name: kwargs of helpers.opcheck_both_ops
 }
 
 
+@CUDA_KERNELS_ONLY
 @pytest.mark.parametrize("case", OPCHECK_CASES)
 def test_opcheck(case):
     """opcheck on both CUDA ops: schema, autograd registration, fake kernels (shapes, strides, dtypes
@@ -88,6 +89,7 @@ def test_compile_fullgraph_with_options(varlen):
             setattr(flash_attn, name, fn)
 
 
+@CUDA_KERNELS_ONLY
 def test_cuda_graph_replay_with_dropout():
     """The forward with dropout captured in a CUDA graph: each replay draws a new mask from the
     generator's graph-safe offset, records it in rng_state, and its output is the reference's for

@@ -12,7 +12,7 @@ import torch
 import flash_attn
 from flash_attn import backend
 from fp8_checks import FP8, FP8_MMA_ACCUMULATOR_BITS, assert_fp8_close, quantize, references
-from helpers import GPU_TEST_MARKS, run_sm90_layout_check
+from helpers import CUDA_KERNELS_ONLY, GPU_TEST_MARKS, run_sm90_layout_check
 
 def _fp8_headdims():
     if not torch.cuda.is_available() or not flash_attn.ops.has_cuda_kernels():
@@ -21,6 +21,7 @@ def _fp8_headdims():
 
 
 pytestmark = GPU_TEST_MARKS + [
+    CUDA_KERNELS_ONLY,  # the CUDA fp8 forward; tests/test_triton_fp8.py checks the Triton one
     pytest.mark.skipif(not _fp8_headdims(), reason="needs an sm_90a GPU and a build with the fp8 forward"),
 ]
 

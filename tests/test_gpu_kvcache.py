@@ -13,7 +13,7 @@ import torch
 
 import flash_attn
 from flash_attn import flash_attn_with_kvcache
-from helpers import GPU_TEST_MARKS, require_kernel
+from helpers import CUDA_KERNELS_ONLY, GPU_TEST_MARKS, require_kernel
 from kvcache_checks import KvCase, check_kvcache, check_paged_varlen, make_inputs, run_ours
 
 pytestmark = GPU_TEST_MARKS
@@ -57,6 +57,7 @@ def test_kvcache(name, num_splits):
     check_kvcache(case, "cuda")
 
 
+@CUDA_KERNELS_ONLY
 @pytest.mark.parametrize("name", ["decode", "append_many", "paged_16", "paged_48", "leftpad", "window_both",
                                   "everything", "long_context"])
 def test_kvcache_cp_async_loader(monkeypatch, name):
@@ -68,6 +69,7 @@ def test_kvcache_cp_async_loader(monkeypatch, name):
     check_kvcache(case, "cuda")
 
 
+@CUDA_KERNELS_ONLY
 @pytest.mark.parametrize("name", ["decode", "append_many", "paged_16", "leftpad", "everything", "long_context",
                                   "batch_8", "no_new_tokens"])
 @pytest.mark.parametrize("num_splits", [1, 0])
@@ -194,6 +196,7 @@ def test_kvcache_cuda_graph_decode_loop():
         eager.cache_seqlens += 1
 
 
+@CUDA_KERNELS_ONLY
 def test_kvcache_opcheck():
     require_kernel(torch.bfloat16, 64)
     case = KvCase(headdim=64, seqlen_new=2, seqlen_q=2, rotary_dim=32, page_size=16, capacity=64)

@@ -12,9 +12,9 @@ import torch
 
 import flash_attn
 from feature_checks import Mods, check_dense, check_varlen
-from helpers import GPU_TEST_MARKS, check_flash_attn, require_kernel, run_sm90_layout_check
+from helpers import CUDA_KERNELS_ONLY, GPU_TEST_MARKS, check_flash_attn, require_kernel, run_sm90_layout_check
 
-pytestmark = GPU_TEST_MARKS
+pytestmark = [*GPU_TEST_MARKS, CUDA_KERNELS_ONLY]  # the CUDA kernels themselves
 
 
 def _is_hopper():

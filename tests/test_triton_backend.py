@@ -23,12 +23,27 @@ from feature_checks import make_cu_seqlens
 from helpers import Results, assert_matches_reference
 
 triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
-from flash_attn.triton import tuning  # noqa: E402 - after the skip above
+from flash_attn.triton import poison, tuning  # noqa: E402 - after the skip above
 from flash_attn.triton.kernels import _full_key_blocks, _full_query_blocks, _key_range, _query_range  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
 DTYPE_IDS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+@pytest.fixture(autouse=True)
+def _poisoned_outputs():
+    """Every test here runs with the backend's outputs poisoned (flash_attn/triton/poison.py): an
+    element its kernels leave unwritten is NaN and fails the comparison."""
+    previous = poison.set_poison_outputs(True)
+    yield
+    poison.set_poison_outputs(previous)
+
+
+def test_poisoned_outputs_start_as_nan():
+    assert poison.unwritten((3, 5), dtype=torch.float16, device=DEVICE).isnan().all()
+    poison.set_poison_outputs(False)
+    assert poison.unwritten((3, 5), dtype=torch.float16, device=DEVICE).shape == (3, 5)
 
 
 def _switch_on(monkeypatch):

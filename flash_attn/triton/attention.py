@@ -17,7 +17,7 @@ import triton
 
 from .. import dropout as dropout_lib
 from ..ops import FP8_OUT_DTYPE
-from . import fp8_kernels, kernels, tuning
+from . import fp8_kernels, kernels, poison, tuning
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FP8_DTYPE = torch.float8_e4m3fn
@@ -287,13 +287,13 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
     check_tensors((FP8_DTYPE,) if fp8 else DTYPES, q=q, k=k, v=v)
     pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
                   dropout_p, rng_state)
-    out = torch.empty(q.shape, dtype=FP8_OUT_DTYPE if fp8 else q.dtype, device=q.device)
+    out = poison.unwritten(q.shape, dtype=FP8_OUT_DTYPE if fp8 else q.dtype, device=q.device)
     lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
     if pr.varlen:  # rows outside every sequence keep out 0 and lse +inf; dense rows are all written
         out.zero_()
         lse = torch.full(lse_shape, float("inf"), device=q.device, dtype=torch.float32)
     else:
-        lse = torch.empty(lse_shape, device=q.device, dtype=torch.float32)
+        lse = poison.unwritten(lse_shape, device=q.device, dtype=torch.float32)
     if q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0:
         return out.zero_(), lse.fill_(float("inf"))
     slopes, slope_stride = pr.slope_args(q.device)
@@ -321,7 +321,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.
     lse = lse.contiguous()  # D below is laid out like it
     runs = q.numel() > 0 and k.numel() > 0 and pr.batch > 0
     # dense: the kernels write every element; varlen: rows outside every sequence stay 0
-    new = torch.empty if runs and not pr.varlen else torch.zeros
+    new = poison.unwritten if runs and not pr.varlen else torch.zeros
     dq = new(q.shape, device=q.device, dtype=q.dtype)
     # one dK / dV slice per query head, summed over the query heads of each KV head below
     slice_shape = (*k.shape[:-2], pr.heads, pr.headdim)
