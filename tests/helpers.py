@@ -370,8 +370,9 @@ def _gpu_tests_unavailable_reason():
     return None
 
 
+_GPU_TESTS_UNAVAILABLE = _gpu_tests_unavailable_reason()
 GPU_TEST_MARKS = [
-    pytest.mark.skipif(_gpu_tests_unavailable_reason() is not None, reason=str(_gpu_tests_unavailable_reason())),
+    pytest.mark.skipif(_GPU_TESTS_UNAVAILABLE is not None, reason=str(_GPU_TESTS_UNAVAILABLE)),
     pytest.mark.usefixtures("cuda_test_setup"),
 ]
 CUDA_KERNELS_ONLY = pytest.mark.skipif(TEST_BACKEND != "cuda",

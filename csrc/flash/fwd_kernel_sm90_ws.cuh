@@ -222,7 +222,7 @@ __device__ __forceinline__ void write_output_rows(const FwdParams& p, const Maps
   if constexpr (Cfg::kStageO) {
     const bool by_tma = maps.o_by_tma;
     if (by_tma && group_tid == 0) arch::bulk_wait_source_read<0>();  // the previous tile's store has read the rows
-    arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);  // and every thread its copy
+    arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);  // (or every thread's copy, below)
     arch::store_accumulators_swizzled<typename Cfg::OTile, kHeadNT, T>(s.o(), warp_row0, acc, lane);
     if (by_tma) arch::fence_proxy_async();  // the rows, visible to the TMA engine
     arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);

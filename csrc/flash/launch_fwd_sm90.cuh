@@ -97,7 +97,8 @@ struct FwdWsTile<128> {
 // keys, 6% at 1k, 3% at 2k; 112-key blocks 22.5%, 9.4%, 4.9%. 64-key blocks end on every tile's
 // diagonal. hd 256 (H200, bf16, one process): 512 causal 110.4 -> 105.4 µs, 1k 159.6 -> 157.7, 2k
 // 260.3 -> 263.2 (benchmarks/NOTES.md v33 item 4); hd 192: 512 causal 6.5% faster on 64-key steps (v31
-// item 11), 2k 7% slower.
+// item 11), 2k 7% slower; 1k level at both (where the switch stops).
+inline bool short_causal_walk(const FwdParams& p) { return p.causal && p.shape.seqlen_k <= 1024; }
 template <>
 struct FwdWsTile<192> {
   static constexpr bool kAvailable = true;
@@ -105,7 +106,7 @@ struct FwdWsTile<192> {
   using extras_type = FwdWsConfig<192, 64, 2, 2>;
   using short_steps_type = extras_type;
   static bool preferred(const FwdParams&) { return true; }
-  static bool short_steps_preferred(const FwdParams& p) { return p.causal && p.shape.seqlen_k <= 1024; }
+  static bool short_steps_preferred(const FwdParams& p) { return short_causal_walk(p); }
 };
 template <>
 struct FwdWsTile<256> {
@@ -114,7 +115,7 @@ struct FwdWsTile<256> {
   using extras_type = FwdWsConfig<256, 64, 2, 2>;
   using short_steps_type = extras_type;
   static bool preferred(const FwdParams&) { return true; }
-  static bool short_steps_preferred(const FwdParams& p) { return p.causal && p.shape.seqlen_k <= 1024; }
+  static bool short_steps_preferred(const FwdParams& p) { return short_causal_walk(p); }
 };
 
 // hd 96: TMA boxes and the 128-byte swizzle move whole 64-column blocks, so it runs the hd 128
