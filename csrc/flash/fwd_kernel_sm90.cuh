@@ -96,11 +96,14 @@ constexpr int kPvSteps = kBlockN * static_cast<int>(sizeof(T)) / 32;
 
 // Issues O (64 queries x head dim) += P (registers, 64 x kBlockN) . V as one wgmma group. 16-bit V
 // is read MN-major (kBlockN key rows x head dim); e4m3 V is Cfg::VTile, transposed (head-dim rows
-// of kBlockN keys in arch/sm90_fp8.cuh's order), read K-major.
-template <typename T, typename Cfg>
-__device__ __forceinline__ void issue_output_sm90(float (&acc)[1][Cfg::kHeadDim / 8][4],
+// of kBlockN keys in arch/sm90_fp8.cuh's order), read K-major. An accumulator one 8-column block
+// wider than the head dim (Sm90ForwardRows::kSumsByMma) also reads the 8 columns after V's head
+// dim: the block of ones that follows the V slot, laid out as one more of its 64-column blocks.
+template <typename T, typename Cfg, int kAccNT>
+__device__ __forceinline__ void issue_output_sm90(float (&acc)[1][kAccNT][4],
                                                   const uint32_t (&probs)[1][kPvSteps<T, Cfg::kBlockN>][4],
                                                   const char* sV) {
+  static_assert(kAccNT * 8 == Cfg::kHeadDim || (kAccNT * 8 == Cfg::kHeadDim + 8 && !kIsFp8<T>), "O (+ row sums)");
   arch::wgmma_fence_operand(acc[0]);
   arch::wgmma_fence();
 #pragma unroll
@@ -108,19 +111,37 @@ __device__ __forceinline__ void issue_output_sm90(float (&acc)[1][Cfg::kHeadDim 
     if constexpr (kIsFp8<T>)
       arch::Wgmma<T, Cfg::kHeadDim>::template rs<false>(acc[0], probs[0][ks], Cfg::VTile::k_major(sV, 0, ks), true);
     else
-      arch::Wgmma<T, Cfg::kHeadDim>::template rs<true>(acc[0], probs[0][ks], Cfg::KVTile::mn_major(sV, 0, ks), true);
+      arch::Wgmma<T, kAccNT * 8>::template rs<true>(acc[0], probs[0][ks], Cfg::KVTile::mn_major(sV, 0, ks), true);
   }
   arch::wgmma_commit();
 }
+
+// Whether a forward configuration sums P's rows on the tensor core (Cfg::kRowSumsByMma; false for
+// configurations without the member).
+template <typename Cfg, typename = void>
+struct RowSumsByMma : std::false_type {};
+template <typename Cfg>
+struct RowSumsByMma<Cfg, std::void_t<decltype(Cfg::kRowSumsByMma)>> : std::bool_constant<Cfg::kRowSumsByMma> {};
 
 // One warp's 16 query rows of a Hopper forward (both kernels): O, the online softmax, S / P of the
 // latest block and dropout's bytes for it, and the steps the kernels take on them between MMAs.
 // Only the score-extras kernel (kScoreExtras) has dropout, so only it needs steps of whole 32-key
 // pairs of dropout tiles (dropout.cuh).
+// Row sums on the tensor core (kSumsByMma, where the configuration has Cfg::kRowSumsByMma): the
+// accumulator has one 8-column block past O, and P.V reads 8 columns of ones into it, so that the
+// MMA that adds P's products into O adds P's row sums there (each of the 8 columns holds the sum),
+// rescaled with O. That drops the softmax's FADDs, 62 of a 128-key step's ~470 instructions at hd
+// 64 / ~530 at hd 128 (sm_90a), for 8 more columns of P.V. Both must be one accumulator array: with
+// the sums in an array of their own ptxas serialized every wgmma (C7511, insufficient registers
+// for the wgmma pipeline). The sum is then of P as rounded for the MMA (16-bit), the same P that
+// O adds up, where the FADDs summed it unrounded: lse moves by the mean rounding error of a row,
+// ~2^-9 / sqrt(keys) relative. Not with dropout (kScoreExtras): the denominator is the sum of P
+// before its drops, while P.V takes P after them.
 template <typename T, typename Cfg, bool kScoreExtras>
 struct Sm90ForwardRows {
   static constexpr int kScoreNT = Cfg::kBlockN / 8, kHeadNT = Cfg::kHeadDim / 8;
-  float acc[1][kHeadNT][4];  // O rows of this warp: 16 x head dim
+  static constexpr bool kSumsByMma = RowSumsByMma<Cfg>::value && !kScoreExtras && !kIsFp8<T>;
+  float acc[1][kHeadNT + (kSumsByMma ? 1 : 0)][4];  // O rows of this warp (16 x head dim), then the row sums
   OnlineSoftmax<1> softmax;
   float scores[1][kScoreNT][4];             // S rows of this warp (16 x kBlockN), then P until converted
   float rescale[1][2];                      // O's pending rescale from the latest softmax
@@ -133,13 +154,27 @@ struct Sm90ForwardRows {
     softmax.init();
   }
 
+  // O without the row sums' block: the view the epilogues store (its leading kHeadNT blocks).
+  __device__ __forceinline__ float (&output())[1][kHeadNT][4] {
+    return reinterpret_cast<float(&)[1][kHeadNT][4]>(acc);
+  }
+
+  // Issues O += P.V of the latest converted block, and its row sums where kSumsByMma (sV's slot is
+  // then followed by a block of ones).
+  __device__ __forceinline__ void issue_output(const char* sV) { issue_output_sm90<T, Cfg>(acc, probs, sV); }
+
+  // Waits for every wgmma group of the warpgroup, the last P.V included, before the epilogue.
+  __device__ __forceinline__ void retire_output() {
+    arch::wgmma_wait<0>();
+    arch::wgmma_fence_operand(acc[0]);
+  }
+
   // Waits for every wgmma group of the warpgroup (at step i: P.V[i-2]; S[i-1] is already done).
   // The kernels do this at the start of step i rather than the end of step i-1: ptxas moves a
   // wgmma wait to the top of its basic block, so at the end of step i-1 it would land before the
   // softmax and serialize the exponentials after the P.V MMAs; the loop edge keeps them apart.
   __device__ __forceinline__ void retire() {
-    arch::wgmma_wait<0>();
-    arch::wgmma_fence_operand(acc[0]);
+    retire_output();
     arch::wgmma_fence_operand(probs);
   }
 
@@ -169,7 +204,7 @@ struct Sm90ForwardRows {
   __device__ __forceinline__ void scores_to_probs(float scale_log2, const AttentionMask& mask, const ScoreMod& mod,
                                                   bool needs_mask, int m0, int row0, int n_block, int lane) {
     scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod, needs_mask, m0 + row0, n_block * Cfg::kBlockN, lane);
-    softmax.update_probs(scores, scale_log2, rescale);
+    softmax.template update_probs<!kSumsByMma>(scores, scale_log2, rescale);
     arch::wgmma_fence_operand(scores[0]);
   }
 
@@ -179,7 +214,12 @@ struct Sm90ForwardRows {
   __device__ __forceinline__ void finalize(float logit_scale, float output_scale, float* lse, int row0, int rows_q,
                                            int lane) {
     float row_lse[1][2];
-    softmax.finalize(acc, logit_scale, output_scale, row_lse);
+    if constexpr (kSumsByMma) {
+      const float row_sums[1][2] = {{acc[0][kHeadNT][arch::acc_value(0, 0)], acc[0][kHeadNT][arch::acc_value(1, 0)]}};
+      softmax.finalize_with_sums(output(), row_sums, logit_scale, output_scale, row_lse);
+    } else {
+      softmax.finalize(acc, logit_scale, output_scale, row_lse);
+    }
     if (lane % 4 == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -286,7 +326,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
     __syncthreads();  // K[i] and V[i-1] landed; every warpgroup retired S[i-1] and P.V[i-2]
 
     issue_scores_sm90<T, Cfg>(rows.scores, s.q(), s.k(i % 2), group_row0);
-    if constexpr (!kFirst) issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v((i - 1) % 3));
+    if constexpr (!kFirst) rows.issue_output(s.v((i - 1) % 3));
     // The loads go out behind the MMAs: K[i+1] into the slot S[i-1] read, V[i] into P.V[i-3]'s
     // (three V slots: P.V[i-2] may still be reading its slot in another warpgroup).
     if (n_block > qb.n_begin)
@@ -309,14 +349,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm) fwd_kernel_sm9
   arch::cp_async_wait<0>();
   arch::fence_proxy_async();
   __syncthreads();  // the last V landed
-  issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v((n_blocks - 1) % 3));
-  arch::wgmma_wait<0>();
-  arch::wgmma_fence_operand(rows.acc[0]);
+  rows.issue_output(s.v((n_blocks - 1) % 3));
+  rows.retire_output();
   rows.finalize(p.logit_scale, dropout.keep_scale, qb.lse(p), warp_row0, rows_q, lane);
   // Epilogue: O through shared memory (row-major, padded) for coalesced stores.
   T* sO = reinterpret_cast<T*>(smem);
   __syncthreads();  // every warpgroup is done reading Q, K and V
-  arch::store_accumulators<1, kHeadNT, T>(sO, Cfg::kEpilogueStride, warp_row0, 0, rows.acc, lane);
+  arch::store_accumulators<1, kHeadNT, T>(sO, Cfg::kEpilogueStride, warp_row0, 0, rows.output(), lane);
   __syncthreads();
   store_tile<kBlockM, kHeadDim, Cfg::kThreads>(qb.template out<T>(p), p.out.row_stride, sO, rows_q, headdim, tid);
 #else

@@ -84,7 +84,15 @@ struct FwdWsConfig {
   // Measured without turns (H200, bf16, two rounds): hd 192 0.5-2.5% faster in 7 of 8 cells (512 to
   // 16k, causal and not), hd 256 unchanged within noise (benchmarks/NOTES.md v31).
   static constexpr bool kTakeTurns = kElementBytes == 1 || kHeadDim <= 128;
-  static constexpr int kOOffset = QTile::kBytes + 2 * kStages * KVTile::kBytes;  // O staging, an OTile
+  // Row sums on the tensor core (Sm90ForwardRows::kSumsByMma: P.V over 8 more columns, of ones) at
+  // 16-bit hd 64 and 128: each V slot is followed by a block of ones laid out as one more 64-column
+  // block of V (kBlockN rows of 128 bytes, written once per CTA), which P.V's N = hd + 8 reads as
+  // V's columns hd..hd+7. Shared memory: hd 64 Q 24 + K 32 + V 64 = 120 KiB; hd 128 Q 32 + K 64 + V
+  // 96 + O 32 = 224 of the 227. Not at hd 192 (no room) nor 256 (N = 264 is past wgmma's 256).
+  static constexpr bool kRowSumsByMma = kElementBytes == 2 && (kHeadDim == 64 || kHeadDim == 128);
+  static constexpr int kOnesBytes = kRowSumsByMma ? kBlockN * arch::kSwizzleRowBytes : 0;
+  static constexpr int kVSlotBytes = KVTile::kBytes + kOnesBytes;
+  static constexpr int kOOffset = QTile::kBytes + kStages * (KVTile::kBytes + kVSlotBytes);  // O staging, an OTile
   // The epilogue stages O in a shared tile of its own (whole-line stores, under the next tile's
   // loads) where it fits beside Q and the rings, from hd 96 up; otherwise O goes straight from the
   // accumulators to global memory (16-byte chunks, arch::store_accumulator_rows). hd 256 has no room
@@ -110,8 +118,24 @@ struct FwdWsSmem {
 
   __device__ __forceinline__ char* q() const { return base; }
   __device__ __forceinline__ char* k(int slot) const { return base + Cfg::QTile::kBytes + slot * Cfg::KVTile::kBytes; }
-  __device__ __forceinline__ char* v(int slot) const { return k(Cfg::kStages + slot); }
+  __device__ __forceinline__ char* v(int slot) const { return k(Cfg::kStages) + slot * Cfg::kVSlotBytes; }
   __device__ __forceinline__ char* o() const { return base + Cfg::kOOffset; }
+
+  // The blocks of ones after the V slots (Cfg::kRowSumsByMma), by every thread of the CTA, before
+  // the barrier that precedes the first MMA; fenced for the tensor core's reads.
+  template <typename T>
+  __device__ __forceinline__ void fill_ones(int tid) const {
+    if constexpr (Cfg::kOnesBytes > 0) {
+      constexpr uint32_t kOne = std::is_same_v<T, __half> ? 0x3C00u : 0x3F80u;  // 1.0 in fp16 / bf16
+      static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "16-bit P.V only");
+      constexpr uint32_t pair = kOne | (kOne << 16);
+      const uint4 chunk = make_uint4(pair, pair, pair, pair);
+      for (int slot = 0; slot < Cfg::kStages; ++slot)
+        for (int offset = tid * 16; offset < Cfg::kOnesBytes; offset += Cfg::kThreads * 16)
+          *reinterpret_cast<uint4*>(v(slot) + Cfg::KVTile::kBytes + offset) = chunk;
+      arch::fence_proxy_async();
+    }
+  }
   __device__ __forceinline__ uint64_t* barrier(int index) const {
     return reinterpret_cast<uint64_t*>(base + Cfg::kBarrierOffset) + index;
   }
@@ -322,8 +346,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
     if constexpr (!kFirst) wait_filled(true, i - 1);
     turns.wait();
     issue_scores_sm90<T, Cfg>(rows.scores, s.q(), s.k(at.slot), group_row0);
-    if constexpr (!kFirst)
-      issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(RingPosition<kStages>(ring + i - 1).slot));
+    if constexpr (!kFirst) rows.issue_output(s.v(RingPosition<kStages>(ring + i - 1).slot));
     turns.pass();
     if constexpr (kScoreExtras) {  // dropout's random bytes, while S's MMAs run
       if (dropout.enabled)
@@ -340,10 +363,9 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
     retire_and_convert(own.end);
     wait_filled(true, own.end - 1);
     turns.wait();  // step own.end's turn, or the tile's extra one
-    issue_output_sm90<T, Cfg>(rows.acc, rows.probs, s.v(RingPosition<kStages>(ring + own.end - 1).slot));
+    rows.issue_output(s.v(RingPosition<kStages>(ring + own.end - 1).slot));
     turns.pass();
-    arch::wgmma_wait<0>();
-    arch::wgmma_fence_operand(rows.acc[0]);
+    rows.retire_output();
     release_v(own.end - 1);
     if (own.end < n_blocks) release_unused(own.end);
     for (int i = own.end + 1; i < n_blocks; ++i) skip_step(i);
@@ -356,7 +378,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
     turns.pass();
   }
   rows.finalize(scales.logit, scales.output, qb.lse(p), warp_row0, rows_q, lane);
-  write_output_rows<FwdOutputOf<T>, Cfg>(p, maps, s, qb, rows.acc, turns, group_tid);
+  write_output_rows<FwdOutputOf<T>, Cfg>(p, maps, s, qb, rows.output(), turns, group_tid);
 }
 
 // After a consumer warpgroup's last tile: its first thread waits until its TMA stores of O are
@@ -381,7 +403,8 @@ __device__ __forceinline__ void fwd_ws_cta(const FwdParams& p, const Maps& maps,
     arch::prefetch_tensor_map(&maps.v);
     s.init_barriers();
   }
-  __syncthreads();  // the barriers are initialized; the last CTA-wide barrier
+  if constexpr (!kScoreExtras) s.template fill_ones<T>(tid);  // the score-extras kernel sums with FADDs
+  __syncthreads();  // the barriers are initialized and the ones written; the last CTA-wide barrier
   // Both roles walk the same tiles (query_tile_scheduler.cuh; `tiles` bounds every order) and skip
   // the same ones: no queries, or (consumers write those rows) no keys.
   const int tiles = query_tile_count<Cfg::kBlockM>(p);

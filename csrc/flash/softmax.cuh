@@ -43,7 +43,9 @@ struct OnlineSoftmax {
   // The first half of update: the probabilities, and per row the factor by which the running P.V
   // must still be rescaled. Split so that a kernel whose P.V is still in flight on the tensor core
   // can compute these first and rescale once the MMA is done.
-  template <int NT>
+  // kSumRows false: the caller sums the probabilities elsewhere (the Hopper forward's P.V over a
+  // column of ones) and row_sum stays unused.
+  template <bool kSumRows = true, int NT>
   __device__ __forceinline__ void update_probs(float (&scores)[MT][NT][arch::kAccRegs], float scale_log2,
                                                float (&rescale)[MT][arch::kAccRows]) {
 #pragma unroll
@@ -77,9 +79,9 @@ struct OnlineSoftmax {
             float& x = scores[mt][nt][arch::acc_value(h, j)];
             const float p = arch::exp2_approx(fmaf(x, scale_log2, -max_scaled));
             x = p;
-            sum += p;
+            if constexpr (kSumRows) sum += p;
           }
-        row_sum[mt][h] = sum;
+        if constexpr (kSumRows) row_sum[mt][h] = sum;
       }
   }
 
@@ -112,11 +114,24 @@ struct OnlineSoftmax {
   template <int DT>
   __device__ __forceinline__ void finalize(float (&acc)[MT][DT][arch::kAccRegs], float scale, float output_scale,
                                            float (&lse)[MT][arch::kAccRows]) {
+    float sums[MT][arch::kAccRows];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < arch::kAccRows; ++h) sums[mt][h] = arch::row_sum(row_sum[mt][h]);
+    finalize_with_sums(acc, sums, scale, output_scale, lse);
+  }
+
+  // finalize with each row's whole sum given (the same in every lane that holds the row).
+  template <int DT>
+  __device__ __forceinline__ void finalize_with_sums(float (&acc)[MT][DT][arch::kAccRegs],
+                                                     const float (&sums)[MT][arch::kAccRows], float scale,
+                                                     float output_scale, float (&lse)[MT][arch::kAccRows]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < arch::kAccRows; ++h) {
-        const float sum = arch::row_sum(row_sum[mt][h]);
+        const float sum = sums[mt][h];
         const bool empty = sum == 0.f;
         const float inv_sum = empty ? 0.f : output_scale / sum;
         lse[mt][h] = empty ? INFINITY : row_max[mt][h] * scale + logf(sum);

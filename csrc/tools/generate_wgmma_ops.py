@@ -9,7 +9,9 @@ rather than typed. Run from the repository root after changing the list of N:
 
 import os
 
-NS = (32, 64, 80, 96, 112, 128, 160, 192, 256)
+# 72 and 136: the 16-bit forward's P.V at hd 64 / 128 with 8 columns of ones for the row sums
+# (fwd_kernel_sm90.cuh, Sm90ForwardRows::kSumsByMma).
+NS = (32, 64, 72, 80, 96, 112, 128, 136, 160, 192, 256)
 TYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
 # e4m3 (the fp8 forward): the N of its S (keys per step) and O (head dims) products. 8-bit wgmma
 # reads both shared-memory operands K-major only: the instruction has no transpose immediates.

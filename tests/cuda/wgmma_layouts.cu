@@ -8,6 +8,7 @@
 //                    (two 64-column blocks)
 //   swizzled rs:     A from registers, B MN-major swizzled, N = 128 (two 64-column blocks)
 //   swizzled mn:     A MN-major (no swizzle), B MN-major swizzled from column 32 (inside a block)
+//   swizzled rs with a block of ones: N = 136 over B's two blocks and a third of ones (row sums)
 // Prints one line per case and "ALL OK" when every element matches. Needs an sm_90a GPU:
 //   nvcc -std=c++17 -I csrc -gencode=arch=compute_90a,code=sm_90a tests/cuda/wgmma_layouts.cu
 #include <cstdio>
@@ -166,6 +167,27 @@ __global__ void swizzled_rs_case(const T* a, const T* b, float* out) {
   write_out(out, d);
 }
 
+// The forward's P.V with row sums (fwd_kernel_sm90.cuh, Sm90ForwardRows::kSumsByMma): a from
+// registers, b (kK x 128) MN-major swizzled, followed by a third 64-column block of ones; N = 136.
+// out (64 x 136) = a . b in columns 0..127 and each row's sum of a in columns 128..135.
+__global__ void swizzled_rs_ones_case(const T* a, const T* b, float* out) {
+  using BTile = SwizzledTile<kK, 128>;
+  __shared__ __align__(1024) char sb[BTile::kBytes + BTile::kBlockBytes];
+  for (int i = threadIdx.x; i < kK * 128; i += 128) put(sb, BTile::byte_offset(i / 128, i % 128), __bfloat162float(b[i]));
+  for (int i = threadIdx.x; i < BTile::kBlockBytes / 2; i += 128) put(sb + BTile::kBytes, 2 * i, 1.0f);
+  fence_proxy_async();
+  __syncthreads();
+  uint32_t frag[kK / 16][4];
+  load_a_fragments(frag, a);
+  float d[17][4];
+  wgmma_fence();
+  for (int ks = 0; ks < kK / 16; ++ks) Wgmma<T, 136>::rs<true>(d, frag[ks], BTile::mn_major(sb, 0, ks), ks > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(d);
+  write_out(out, d);
+}
+
 // at: (kK x 128) row-major (K x M), columns 64.. used, no swizzle; b: (kK x 64) row-major (K x N),
 // swizzled, columns 32.. used. out (64 x 32) = at[:, 64:]^T . b[:, 32:]
 __global__ void swizzled_mn_case(const T* at, const T* b, float* out) {
@@ -279,6 +301,17 @@ int main() {
       check("swizzled rs (offsets swapped, diagnostic)",
             [](float* out) { swizzled_rs_case<true><<<1, 128>>>(g_a->device, g_b->device, out); }, 64, 128, expected);
     ok &= rs_ok;
+  }
+  {
+    Matrix a(64, kK, 13), b(kK, 128, 14);
+    g_a = &a, g_b = &b;
+    ok &= check("swizzled rs with a block of ones (N = 136)",
+                [](float* out) { swizzled_rs_ones_case<<<1, 128>>>(g_a->device, g_b->device, out); }, 64, 136,
+                [&](int m, int n) {
+                  float s = 0;
+                  for (int k = 0; k < kK; ++k) s += a.at(m, k) * (n < 128 ? b.at(k, n) : 1.0f);
+                  return s;
+                });
   }
   {
     Matrix at(kK, 128, 11), b(kK, 64, 12);
