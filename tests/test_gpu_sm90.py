@@ -12,7 +12,8 @@ import torch
 
 import flash_attn
 from feature_checks import Mods, check_dense, check_varlen
-from helpers import CUDA_KERNELS_ONLY, GPU_TEST_MARKS, check_flash_attn, require_kernel, run_sm90_layout_check
+from helpers import (CUDA_KERNELS_ONLY, GPU_TEST_MARKS, assert_matches_reference, check_flash_attn, require_kernel,
+                     run_flash_attn, run_sm90_layout_check)
 
 pytestmark = [*GPU_TEST_MARKS, CUDA_KERNELS_ONLY]  # the CUDA kernels themselves
 
@@ -162,6 +163,30 @@ def test_plain_forwards_forced_varlen(monkeypatch, headdim, short_steps):
     monkeypatch.setenv("FLASH_ATTN_SM90_FWD_SHORT_STEPS", short_steps)
     lengths = _varlen_lengths(37, seed=11)
     check_varlen(Mods(causal=True), lengths, lengths, 8, 2, headdim, torch.bfloat16, "cuda")
+
+
+@pytest.mark.parametrize("headdim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_scores_rising_along_the_walk(dtype, causal, headdim):
+    """Key blocks whose scores rise block by block in the order the Hopper forwards walk them (the
+    last block first), by less and by more than the lag that lazy rescaling lets a row's max keep
+    (2^8 in the exponent's base 2: softmax.cuh, update_probs), in all by far more than fp32's
+    exponent range (2^195 at hd 128): the steps that rescale O (and the row sums on the tensor core)
+    and those that keep the stale max. q and k share a direction u whose weight in k grows toward
+    key 0."""
+    require_kernel(dtype, headdim)
+    seqlen, block = 1024, 128
+    u = torch.ones(headdim, device="cuda")
+    weights = torch.tensor([12.0, 6.0, 2.0, 1.0, 0.6, 0.3, 0.1, 0.0], device="cuda")  # per 128-key block
+    k_weight = weights.repeat_interleave(block)[:seqlen]
+    new = lambda: torch.randn(2, seqlen, 4, headdim, device="cuda")  # noqa: E731
+    q = (new() + u).to(dtype).requires_grad_()
+    k = (new() + k_weight[None, :, None, None] * u).to(dtype).requires_grad_()
+    v = new().to(dtype).requires_grad_()
+    dout = torch.randn_like(q)
+    ours = run_flash_attn(q, k, v, dout, causal)
+    assert_matches_reference(ours, q, k, v, dout, causal)
 
 
 SM80_CASES = [(64, 239, 300, 4, 4, False), (64, 1023, 1024, 4, 2, True), (128, 113, 203, 4, 1, True),

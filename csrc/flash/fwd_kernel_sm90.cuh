@@ -141,6 +141,10 @@ template <typename T, typename Cfg, bool kScoreExtras>
 struct Sm90ForwardRows {
   static constexpr int kScoreNT = Cfg::kBlockN / 8, kHeadNT = Cfg::kHeadDim / 8;
   static constexpr bool kSumsByMma = RowSumsByMma<Cfg>::value && !kScoreExtras && !kIsFp8<T>;
+  // Lazy rescaling (OnlineSoftmax::update_probs): a row's max lags by up to 2^8 for 16-bit P, which
+  // holds values up to 256 with its usual relative precision; e4m3 P keeps the exact max (its
+  // largest value must stay exactly 1: rounded, it cost one-query rows their accuracy, v30).
+  static constexpr int kMaxLagLog2 = kIsFp8<T> ? 0 : 8;
   float acc[1][kHeadNT + (kSumsByMma ? 1 : 0)][4];  // O rows of this warp (16 x head dim), then the row sums
   OnlineSoftmax<1> softmax;
   float scores[1][kScoreNT][4];             // S rows of this warp (16 x kBlockN), then P until converted
@@ -204,7 +208,7 @@ struct Sm90ForwardRows {
   __device__ __forceinline__ void scores_to_probs(float scale_log2, const AttentionMask& mask, const ScoreMod& mod,
                                                   bool needs_mask, int m0, int row0, int n_block, int lane) {
     scores_to_logits</*kRowsAreKeys=*/false>(scores, mask, mod, needs_mask, m0 + row0, n_block * Cfg::kBlockN, lane);
-    softmax.template update_probs<!kSumsByMma>(scores, scale_log2, rescale);
+    softmax.template update_probs<!kSumsByMma, kMaxLagLog2>(scores, scale_log2, rescale);
     arch::wgmma_fence_operand(scores[0]);
   }
 

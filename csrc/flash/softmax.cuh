@@ -45,7 +45,12 @@ struct OnlineSoftmax {
   // can compute these first and rescale once the MMA is done.
   // kSumRows false: the caller sums the probabilities elsewhere (the Hopper forward's P.V over a
   // column of ones) and row_sum stays unused.
-  template <bool kSumRows = true, int NT>
+  // kMaxLagLog2 > 0: a row keeps its earlier max (and O its scale) until a block's max passes it by
+  // more than kMaxLagLog2 in the exponent's base-2 units, so probabilities reach 2^kMaxLagLog2 rather
+  // than 1 (FlashAttention 4's lazy rescaling, for 16-bit P). O's rescale then runs about once a
+  // row, at its first block, instead of on every step where any of a warp's 16 rows raised its max
+  // (with random scores most steps up to a few thousand keys: benchmarks/NOTES.md v24, v33).
+  template <bool kSumRows = true, int kMaxLagLog2 = 0, int NT>
   __device__ __forceinline__ void update_probs(float (&scores)[MT][NT][arch::kAccRegs], float scale_log2,
                                                float (&rescale)[MT][arch::kAccRows]) {
 #pragma unroll
@@ -62,6 +67,11 @@ struct OnlineSoftmax {
           block_max = fmaxf(block_max, atom_max);
         }
         block_max = arch::row_max(block_max);
+        if constexpr (kMaxLagLog2 > 0) {
+          const bool keeps = row_max[mt][h] != -INFINITY &&
+                             (block_max - row_max[mt][h]) * scale_log2 <= static_cast<float>(kMaxLagLog2);
+          if (keeps) block_max = row_max[mt][h];
+        }
         const float max_scaled = block_max == -INFINITY ? 0.f : block_max * scale_log2;
         // Exactly 1 where the max did not rise, so that rescale_output_where_needed can skip O: as
         // one expression, m_old * scale - max_scaled is contracted into an FMA whose result is the
