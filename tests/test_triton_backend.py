@@ -412,6 +412,29 @@ def test_triton_varlen_metadata_out_of_range():
         assert_matches_reference(ours, one(q), one(k), one(v), one(dout), False, headdim ** -0.5, torch.float64)
 
 
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_triton_backward_of_packed_views(varlen):
+    """q, k, v slices of one packed tensor (rows 3 x nheads x headdim apart): dQ, dK, dV are tensors of
+    their own, so each kernel must write with its output's strides, not its input's (the GPU suite's
+    qkvpacked tests found dQ written with q's row stride, past the end of dQ)."""
+    rows, nheads, headdim = 45, 2, 32
+    shape = (rows, 3, nheads, headdim) if varlen else (1, rows, 3, nheads, headdim)
+    qkv = torch.randn(shape, dtype=torch.float32, device=DEVICE)
+    q, k, v = qkv.unbind(-3)
+    dout = torch.randn(q.shape, dtype=torch.float32, device=DEVICE)
+    cu = torch.tensor([0, 17, rows], dtype=torch.int32, device=DEVICE)
+    options = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=28, max_seqlen_k=28) if varlen else {}
+    scale = headdim ** -0.5
+    out, lse = triton_backend.forward(q, k, v, scale, **options)
+    grads = triton_backend.backward(dout, q, k, v, out, lse, scale, **options)
+    pieces = [slice(0, 17), slice(17, rows)] if varlen else [slice(None)]
+    for piece in pieces:
+        one = (lambda t: t[piece].unsqueeze(0)) if varlen else (lambda t: t)  # noqa: E731
+        lse_rows = lse[:, piece].unsqueeze(0) if varlen else lse
+        assert_matches_reference(Results(one(out), lse_rows, *(one(g) for g in grads)), one(q), one(k), one(v),
+                                 one(dout), False, scale, torch.float64)
+
+
 def _public_call(function, q, k, v, dout, **kwargs):
     """function(q, k, v, return_attn_probs=True, **kwargs)'s forward (out, lse) and backward (dq, dk,
     dv) as a Results; function may be compiled."""

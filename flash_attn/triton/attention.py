@@ -345,7 +345,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.
                      pr.rng_state, *common, *pr.strides(dk_slices), *pr.tail_args(softmax_scale), **meta,
                      fixed_blocks=dkdv_launch)
         _dq_kernel(pr.query_grid(), q, k, v, dout, lse, delta, dq, pr.cu_q, pr.cu_k, slopes, pr.rng_state, *common,
-                   *pr.tail_args(softmax_scale), **meta, fixed_blocks=dq_launch)
+                   *pr.strides(dq), *pr.tail_args(softmax_scale), **meta, fixed_blocks=dq_launch)
     if pr.group == 1:
         return dq, dk_slices, dv_slices
     grouped = (*k.shape[:-2], pr.heads_k, pr.group, pr.headdim)

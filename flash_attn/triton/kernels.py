@@ -581,12 +581,14 @@ def attention_backward_dq_kernel(
         Q, K, V, DOut, Lse, Delta, DQ, CuQ, CuK, Slopes, Rng,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
         stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b,
+        stride_gb, stride_gs, stride_gh,
         seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
         keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
         HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
         PAD_D: tl.constexpr, CLIP_LEFT: tl.constexpr, CLIP_RIGHT: tl.constexpr):
-    """dQ of one query block (DQ laid out like Q); its key walk is the forward's (_full_key_blocks),
-    query blocks last to first as there."""
+    """dQ of one query block (DQ's strides stride_g*: Q may be a view into a packed or padded tensor
+    while DQ is a tensor of its own); its key walk is the forward's (_full_key_blocks), query blocks
+    last to first as there."""
     m_block, head, batch = tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
     m0 = m_block * BLOCK_M
@@ -614,4 +616,6 @@ def attention_backward_dq_kernel(
                               head, heads, len_q, len_k, stride_ks, stride_vs, scale, scale_log2, softcap, slope, left,
                               right, Rng, keep_threshold, keep_scale, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
                               DOT_PRECISION, part != 1, PAD_D)
-        tl.store(DQ + q_offsets, (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
+        g_offsets, g_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_gb, stride_gs,
+                                       stride_gh, PAD_D)
+        tl.store(DQ + g_offsets, (dq * scale).to(DQ.dtype.element_ty), mask=g_mask)
