@@ -271,6 +271,28 @@ def test_ws_forward_walks_uneven_tiles(monkeypatch, grid, headdim, batch, seqlen
     check_dense(mods, batch, seqlen, seqlen, nheads, nheads_k, headdim, torch.bfloat16, "cuda")
 
 
+# Causal tiles of the three-consumer forward (hd 64, and hd 32 on its kernel) end at the sequence's
+# end (FwdQueryBlock::at's end_aligned): the first tile starts 0, 64 or 128 rows before the
+# sequence and writes none of those rows. (seqlen_q, seqlen_k): shifts of 64 (512, 100 / 600, 700 /
+# 300, 300 / 900), 128 (1024, 1000, 777) and 0 (576); rows that see no key (seqlen_q > seqlen_k: the
+# first tiles, the shifted one among them, write zeros and lse +inf); one tile only (100 queries).
+END_ALIGNED_SHAPES = [(512, 512), (1024, 1024), (1000, 1000), (777, 777), (576, 576), (700, 300), (300, 900),
+                      (100, 600), (1000, 100)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _is_hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("headdim", [64, 32])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", END_ALIGNED_SHAPES)
+@pytest.mark.parametrize("mods", [Mods(causal=True), Mods(causal=True, softcap=15.0, dropout_p=0.1)],
+                         ids=["plain", "extras"])
+@pytest.mark.parametrize("grid", ["default", "tiles"])
+def test_end_aligned_causal_tiles(monkeypatch, grid, mods, seqlen_q, seqlen_k, headdim):
+    require_kernel(torch.bfloat16, headdim)
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD", "ws")
+    monkeypatch.setenv("FLASH_ATTN_SM90_FWD_GRID", grid)
+    check_dense(mods, 2, seqlen_q, seqlen_k, 6, 2, headdim, torch.bfloat16, "cuda")
+
+
 def _varlen_lengths(count, seed):
     """`count` sequence lengths from 0 to 1500, 0 and 1 among them: a packed walk whose warp scan
     takes several loads (more than 32 sequences) and skips sequences without tiles."""

@@ -103,6 +103,13 @@ struct FwdWsConfig {
   static constexpr bool kStageO =
       kHeadDim > 64 && kOOffset + OTile::kBytes + kBarriers * 8 <= arch::kMaxSmemBytesPerBlock;
   static constexpr int kBarrierOffset = kOOffset + (kStageO ? OTile::kBytes : 0);
+  // Causal tiles end at the sequence's end (FwdQueryBlock::at's end_aligned) with three consumers:
+  // a 192-row tile over 512 keys leaves 128 rows for the third, over 1k 64, and aligned at the
+  // start that part tile is the one that walks every key (4 of 4 steps at 512, 8 of 8 at 1k, with
+  // a consumer or two idle throughout); at the end it is the first tile, 1 step. Tile-steps per head
+  // 9 -> 8 at 512, 32 -> 27 at 1k. Not with O staged: its TMA store takes the warpgroup's rows
+  // from the tile's first row.
+  static constexpr bool kEndAlignedCausal = kConsumers == 3 && !kStageO;
   static constexpr int kConsumerThreads = kConsumers * arch::kWarpgroupThreads;
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
   static_assert(kSmemBytes <= arch::kMaxSmemBytesPerBlock, "Hopper's shared memory per block");
@@ -235,15 +242,17 @@ using TurnsOf = WarpgroupTurns<Cfg::kConsumers, Cfg::kTakeTurns>;
 // block by the warpgroup's first thread, which the next tile's steps do not wait for (the copy
 // loop below took 4-8% of the fp8 hd 256 forward's samples at 4k, ncu, benchmarks/NOTES.md
 // v30); varlen tiles by coalesced 16-byte stores of every thread. Otherwise straight from the
-// accumulators. The first thread's stores are waited for in finish_output_stores.
+// accumulators. The first thread's stores are waited for in finish_output_stores. rows_q: the rows
+// below it are written (0: none, for a warpgroup whose rows lie before the sequence).
 template <typename T, typename Cfg, typename Maps, typename QueryBlock>
 __device__ __forceinline__ void write_output_rows(const FwdParams& p, const Maps& maps, const FwdWsSmem<Cfg>& s,
                                                   const QueryBlock& qb, const float (&acc)[1][Cfg::kHeadDim / 8][4],
-                                                  const TurnsOf<Cfg>& turns, int group_tid) {
+                                                  const TurnsOf<Cfg>& turns, int rows_q, int group_tid) {
   constexpr int kHeadNT = Cfg::kHeadDim / 8;
   const int lane = group_tid % arch::kWarpSize, group_row0 = turns.consumer * 64;
   const int warp_row0 = group_row0 + (group_tid / arch::kWarpSize) * 16;
   if constexpr (Cfg::kStageO) {
+    static_assert(!Cfg::kEndAlignedCausal, "the staged store writes the tile's rows from its first");
     const bool by_tma = maps.o_by_tma;
     if (by_tma && group_tid == 0) arch::bulk_wait_source_read<0>();  // the previous tile's store has read the rows
     arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);  // (or every thread's copy, below)
@@ -252,7 +261,7 @@ __device__ __forceinline__ void write_output_rows(const FwdParams& p, const Maps
     arch::named_barrier_sync(turns.own_barrier(), arch::kWarpgroupThreads);
     if (!by_tma) {
       arch::copy_swizzled_rows_to_global<typename Cfg::OTile, 64, Cfg::kHeadDim, arch::kWarpgroupThreads>(
-          qb.template out<T>(p), p.out.row_stride, s.o(), group_row0, qb.rows_q, p.shape.headdim, group_tid);
+          qb.template out<T>(p), p.out.row_stride, s.o(), group_row0, rows_q, p.shape.headdim, group_tid);
     } else if (group_tid == 0) {
       arch::tma_store_swizzled_rows<Cfg::kBlockM, Cfg::kHeadDim, 64>(
           &maps.o, s.o(), group_row0, static_cast<int>(qb.seq.q_row0) + qb.m0 + group_row0, qb.head,
@@ -260,7 +269,7 @@ __device__ __forceinline__ void write_output_rows(const FwdParams& p, const Maps
       arch::bulk_commit();
     }
   } else {
-    arch::store_accumulator_rows<kHeadNT, T>(qb.template out<T>(p), p.out.row_stride, warp_row0, acc, lane, qb.rows_q,
+    arch::store_accumulator_rows<kHeadNT, T>(qb.template out<T>(p), p.out.row_stride, warp_row0, acc, lane, rows_q,
                                              p.shape.headdim);
   }
 }
@@ -294,7 +303,8 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
   const int warp_row0 = group_row0 + warp_in_group * 16;
   // The score-extras kernel walks whole tiles: with ranges its hd 64 step loop grew 1200 -> 1455
   // instructions and 10 -> 15 local loads (sm_90a, ptxas).
-  const int group_rows = min(64, rows_q - group_row0);
+  const int group_rows = qb.rows_of(group_row0, 64);
+  const int rows_written = group_rows > 0 ? rows_q : 0;  // none where the rows lie before the sequence
   const IndexRange own =
       Cfg::kConsumerKeyRanges && !kScoreExtras ? qb.steps_seen_by(group_row0, group_rows) : IndexRange{0, n_blocks};
 
@@ -377,8 +387,8 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
     turns.wait();  // the tile's extra turn
     turns.pass();
   }
-  rows.finalize(scales.logit, scales.output, qb.lse(p), warp_row0, rows_q, lane);
-  write_output_rows<FwdOutputOf<T>, Cfg>(p, maps, s, qb, rows.output(), turns, group_tid);
+  rows.finalize(scales.logit, scales.output, qb.lse(p), warp_row0, rows_written, lane);
+  write_output_rows<FwdOutputOf<T>, Cfg>(p, maps, s, qb, rows.output(), turns, rows_written, group_tid);
 }
 
 // After a consumer warpgroup's last tile: its first thread waits until its TMA stores of O are
@@ -417,7 +427,7 @@ __device__ __forceinline__ void fwd_ws_cta(const FwdParams& p, const Maps& maps,
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const QueryTileCoord at = walk.locate(p, order, tile);
       if (!at.valid()) break;
-      const auto qb = QueryBlock::at(p, at.m_block, at.head, at.batch);
+      const auto qb = QueryBlock::at(p, at.m_block, at.head, at.batch, Cfg::kEndAlignedCausal);
       if (qb.rows_q <= 0 || qb.key_blocks() == 0) continue;
       produce_fwd_tile<Cfg>(s, maps, qb, ring, tile_parity);
       ring += qb.key_blocks();
@@ -435,7 +445,7 @@ __device__ __forceinline__ void fwd_ws_cta(const FwdParams& p, const Maps& maps,
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const QueryTileCoord at = walk.locate(p, order, tile);
     if (!at.valid()) break;
-    const auto qb = QueryBlock::at(p, at.m_block, at.head, at.batch);
+    const auto qb = QueryBlock::at(p, at.m_block, at.head, at.batch, Cfg::kEndAlignedCausal);
     if (qb.rows_q <= 0) continue;
     if (qb.key_blocks() == 0) {
       qb.template write_rows_without_keys<FwdOutputOf<T>, Cfg::kHeadDim, Cfg::kConsumerThreads>(

@@ -23,8 +23,9 @@ struct FwdQueryBlock {
   SequenceView seq;
   int head;
   int head_k;   // the K/V head this query head reads (MQA / GQA)
-  int m0;       // first query
-  int rows_q;   // queries of the block inside the sequence; <= 0 when the block lies past its end
+  int m0;         // first query; negative for a first block shifted before the sequence (at() says when)
+  int rows_q;     // m0 + rows_q: the end of the block's queries inside the sequence; <= 0 past its end
+  int row_begin;  // the block's first row inside the sequence: max(0, -m0)
   int n_begin;  // key blocks (of kBlockN) [n_begin, n_end) hold every key some query of the block sees
   int n_end;
   AttentionMask mask;
@@ -34,21 +35,39 @@ struct FwdQueryBlock {
     return at(p, gridDim.x - 1 - blockIdx.x, blockIdx.y, blockIdx.z);
   }
 
-  __device__ __forceinline__ static FwdQueryBlock at(const FwdParams& p, int m_block, int head, int batch) {
+  // Rows by which end-aligned causal blocks move: whole 64-row groups (one Hopper math warpgroup's
+  // rows), so that a group lies wholly before the sequence or wholly in it.
+  static constexpr int kShiftRows = 64;
+
+  // Block m_block of (head, batch). end_aligned (a causal call only): the blocks end at the
+  // sequence's end and the first one starts before it (by up to kBlockM - kShiftRows rows, whole
+  // kShiftRows groups), so the block that is not full is the one that sees the fewest keys
+  // instead of the most; the block count stays ceil(seqlen_q / kBlockM). A kernel that takes it
+  // must write no row before row_begin (rows_of).
+  __device__ __forceinline__ static FwdQueryBlock at(const FwdParams& p, int m_block, int head, int batch,
+                                                     bool end_aligned = false) {
     FwdQueryBlock b;
     b.seq = SequenceView::of(p, batch);
     b.head = head;
     b.head_k = b.head / (p.shape.heads / p.shape.heads_k);
-    b.m0 = m_block * kBlockM;
+    const int shift = end_aligned && p.causal ? (kBlockM - b.seq.seqlen_q % kBlockM) % kBlockM / kShiftRows * kShiftRows : 0;
+    b.m0 = m_block * kBlockM - shift;
     b.rows_q = min(kBlockM, b.seq.seqlen_q - b.m0);
+    b.row_begin = max(0, -b.m0);
     b.mask = AttentionMask::of(b.seq.seqlen_q, b.seq.seqlen_k, p.window);
     b.n_begin = 0;
     b.n_end = 0;
-    if (b.rows_q > 0) {
-      b.n_begin = b.mask.kv_begin(b.m0) / kBlockN;
-      b.n_end = ceil_div(b.mask.kv_end(b.m0, b.rows_q), kBlockN);
+    if (b.rows_q > b.row_begin) {
+      b.n_begin = b.mask.kv_begin(b.m0 + b.row_begin) / kBlockN;
+      b.n_end = ceil_div(b.mask.kv_end(b.m0 + b.row_begin, b.rows_q - b.row_begin), kBlockN);
     }
     return b;
+  }
+
+  // Rows of [row0, row0 + rows) inside the sequence, with row0 a multiple of kShiftRows (a group
+  // of an end-aligned block lies wholly before the sequence or wholly in it); <= 0: none.
+  __device__ __forceinline__ int rows_of(int row0, int rows) const {
+    return row0 < row_begin ? 0 : min(rows, rows_q - row0);
   }
 
   __device__ __forceinline__ int key_blocks() const { return max(0, n_end - n_begin); }
@@ -106,9 +125,20 @@ struct FwdQueryBlock {
   // Output zeros and lse +inf for the block's queries (by kThreads threads).
   template <typename T, int kHeadDim, int kThreads>
   __device__ __forceinline__ void write_rows_without_keys(const FwdParams& p, int tid) const {
-    zero_tile<kBlockM, kHeadDim, kThreads>(out<T>(p), p.out.row_stride, rows_q, p.shape.headdim, tid);
-    float* row_lse = lse(p);
-    for (int row = tid; row < rows_q; row += kThreads) row_lse[row] = INFINITY;
+    const FwdQueryBlock inside = from_row_begin();
+    zero_tile<kBlockM, kHeadDim, kThreads>(inside.out<T>(p), p.out.row_stride, inside.rows_q, p.shape.headdim, tid);
+    float* row_lse = inside.lse(p);
+    for (int row = tid; row < inside.rows_q; row += kThreads) row_lse[row] = INFINITY;
+  }
+
+ private:
+  // The block's rows inside the sequence as a block of their own (the same block where row_begin is 0).
+  __device__ __forceinline__ FwdQueryBlock from_row_begin() const {
+    FwdQueryBlock b = *this;
+    b.m0 += row_begin;
+    b.rows_q -= row_begin;
+    b.row_begin = 0;
+    return b;
   }
 };
 
