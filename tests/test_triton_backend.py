@@ -240,24 +240,27 @@ def test_offsets_past_int32_are_refused():
 
 def test_forward_launch_options(monkeypatch):
     """The forward's fixed launch: the portable 64 x 64 / 32 x 32 blocks with Triton's default warps
-    and stages for fp32, CPU tensors and (on ROCm) everything 16-bit; on NVIDIA GPUs 16-bit inputs
-    up to head dim 128 take NVIDIA_16BIT_FORWARD_TILES (by head dim and right window); fp8 up to head
+    and stages for fp32, CPU tensors and (on ROCm) everything 16-bit and fp8; on NVIDIA GPUs 16-bit
+    inputs take NVIDIA_16BIT_FORWARD_TILES (by padded head dim and right window); fp8 up to head
     dim 128 takes FP8_FORWARD_TILE, or under a right window FP8_SHORT_RIGHT_WINDOW_TILE up to
-    FP8_SHORT_WALK_KEYS keys and FP8_RIGHT_WINDOW_TILE beyond (not on ROCm); each variable overrides
-    its own."""
+    FP8_SHORT_WALK_KEYS keys and FP8_RIGHT_WINDOW_TILE beyond, and FP8_WIDE_HEAD_TILE above head dim
+    128 (not on ROCm); each variable overrides its own."""
     from flash_attn.triton import attention
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert attention._forward_launch(128, torch.float32, cuda) == dict(BLOCK_M=64, BLOCK_N=64)
+    assert attention._forward_launch(256, torch.float32, cuda) == dict(BLOCK_M=32, BLOCK_N=32)
     assert attention._forward_launch(128, torch.bfloat16, cpu) == dict(BLOCK_M=64, BLOCK_N=64)
-    assert attention._forward_launch(256, torch.bfloat16, cuda) == dict(BLOCK_M=32, BLOCK_N=32)
-    assert attention._forward_launch(256, attention.FP8_DTYPE, cuda) == dict(BLOCK_M=32, BLOCK_N=32)
+    assert attention._forward_launch(256, torch.bfloat16, cpu) == dict(BLOCK_M=32, BLOCK_N=32)
     nvidia = torch.version.hip is None
-    for dtype, block_d, right_window in itertools.product((torch.float16, torch.bfloat16), (32, 64, 128),
+    for dtype, block_d, right_window in itertools.product((torch.float16, torch.bfloat16), (32, 64, 128, 256),
                                                           (False, True)):
         tile = attention.NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
-        expected = tile.launch_options() if nvidia else dict(BLOCK_M=64, BLOCK_N=64)
+        expected = tile.launch_options() if nvidia else attention._launch_options(None, block_d)
         assert attention._forward_launch(block_d, dtype, cuda, right_window) == expected
+    wide_fp8 = attention.FP8_WIDE_HEAD_TILE.launch_options() if nvidia else dict(BLOCK_M=32, BLOCK_N=32)
+    for right_window in (False, True):
+        assert attention._forward_launch(256, attention.FP8_DTYPE, cuda, right_window, seqlen_k=100) == wide_fp8
     if nvidia:
         assert attention._forward_launch(128, attention.FP8_DTYPE, cuda) == attention.FP8_FORWARD_TILE.launch_options()
         short, long = attention.FP8_SHORT_WALK_KEYS, attention.FP8_SHORT_WALK_KEYS + 1
@@ -276,8 +279,8 @@ def test_forward_launch_options(monkeypatch):
 
 
 def test_backward_launch_options(monkeypatch):
-    """The backward's fixed launches (dK / dV, dQ): the NVIDIA 16-bit tiles of the head dim up to 128
-    on NVIDIA GPUs, the portable blocks elsewhere; DKDV_TILE_VARIABLE / DQ_TILE_VARIABLE override
+    """The backward's fixed launches (dK / dV, dQ): the NVIDIA 16-bit tiles of the padded head dim on
+    NVIDIA GPUs, the portable blocks elsewhere; DKDV_TILE_VARIABLE / DQ_TILE_VARIABLE override
     each kernel's."""
     from flash_attn.triton import attention
 
@@ -285,10 +288,12 @@ def test_backward_launch_options(monkeypatch):
     portable = (dict(BLOCK_M=64, BLOCK_N=64), dict(BLOCK_M=64, BLOCK_N=64))
     assert attention._backward_launches(128, torch.float32, cuda) == portable
     assert attention._backward_launches(64, torch.float16, cpu) == portable
-    assert attention._backward_launches(256, torch.bfloat16, cuda) == (dict(BLOCK_M=32, BLOCK_N=32),) * 2
+    assert attention._backward_launches(256, torch.float32, cuda) == (dict(BLOCK_M=32, BLOCK_N=32),) * 2
+    assert attention._backward_launches(256, torch.bfloat16, cpu) == (dict(BLOCK_M=32, BLOCK_N=32),) * 2
     if torch.version.hip is None:
         for block_d, tiles in ((32, attention.NVIDIA_16BIT_BACKWARD_TILES[64]),
-                               (128, attention.NVIDIA_16BIT_BACKWARD_TILES[128])):
+                               (128, attention.NVIDIA_16BIT_BACKWARD_TILES[128]),
+                               (256, attention.NVIDIA_16BIT_BACKWARD_TILES[256])):
             expected = tuple(tile.launch_options() for tile in tiles)
             assert attention._backward_launches(block_d, torch.bfloat16, cuda) == expected
     monkeypatch.setenv(tuning.DQ_TILE_VARIABLE, "32,16,4,2")

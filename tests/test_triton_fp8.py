@@ -54,6 +54,9 @@ DENSE_CASES = {
     "causal_gqa_hd64": (2, 70, 75, 4, 2, 64, True, (-1, -1), 0.0, False),
     "window_softcap_alibi_mqa_hd40": (1, 90, 60, 2, 1, 40, False, (20, 10), 8.0, True),
     "hd128_seqlen_q_1": (2, 1, 130, 2, 2, 128, False, (-1, -1), 0.0, False),
+    # head dims past 128 (block_d 256: the wide-head tiles of attention.py)
+    "causal_mqa_hd256": (1, 40, 70, 2, 1, 256, True, (-1, -1), 0.0, False),
+    "softcap_hd192": (1, 33, 65, 1, 1, 192, False, (-1, -1), 5.0, False),
 }
 
 

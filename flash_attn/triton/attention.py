@@ -34,8 +34,8 @@ _dq_kernel = tuning.Launcher(kernels.attention_backward_dq_kernel, tuning.DQ_TIL
 
 # The portable fixed tiles: 64 x 64 up to head dim 128, 32 x 32 above it so that the fp32
 # accumulators of a 256-wide head stay small, with Triton's default warps and stages. They serve
-# fp32 inputs, head dims above 128, ROCm (no AMD GPU has run them; left as they were) and CPU
-# tensors under the interpreter.
+# fp32 inputs, ROCm (no AMD GPU has run them; left as they were) and CPU tensors under the
+# interpreter; on NVIDIA GPUs 16-bit and fp8 inputs take the tiles below at every head dim.
 def _blocks(headdim_padded):
     return (64, 64) if headdim_padded <= 128 else (32, 32)
 
@@ -50,6 +50,12 @@ def _blocks(headdim_padded):
 # 1.40; 8k 1.31 / 1.38-1.48 against 1.29 / 1.48 (even: the second sweep's two 64 x 64 runs differed
 # by 7%); 16k 1.30 / 1.50 against 1.42 / 1.56.
 FP8_FORWARD_TILE = tuning.Tile(128, 64, 4, 3)
+# Head dims 129-256 (block_d 256), causal or not: 128 x 64 with 8 warps and 3 stages, the fastest of
+# four swept against the portable 32 x 32 (H200, triton 3.6, hd 256, 16 heads, 16k tokens, 4k keys;
+# benchmarks/experiments/triton_tile_sweep.py, benchmarks/NOTES.md "Triton backend (#9), session 29"):
+# 176 -> 822 TFLOP/s non-causal, 172 -> 742 causal (64 x 64 with 4 warps 790 / 740, with 8 warps 425 /
+# 412; 128 x 64 in 2 stages 661 / 530).
+FP8_WIDE_HEAD_TILE = tuning.Tile(128, 64, 8, 3)
 FP8_SHORT_RIGHT_WINDOW_TILE = tuning.Tile(64, 64, 4, 3)
 FP8_RIGHT_WINDOW_TILE = tuning.Tile(128, 128, 8, 3)
 FP8_SHORT_WALK_KEYS = 8192
@@ -77,23 +83,31 @@ def _fp8_tile(right_window, seqlen_k):
 # on sm_90, 64 KB on sm_80 / sm_86 per Triton 3.6's offline compile): against 128 x 64, alternating in
 # one process on an H200, 1.05-1.09x non-causal and 1.01-1.07x causal at 4k / 16k (NOTES.md "Triton
 # backend (#9), session 24"); 128 x 128 with 2 stages ran 0.92-0.93x. Only Hopper has run these tiles.
+# Head dims 129-256 (block_d 256, session 29, the same sweep as FP8_WIDE_HEAD_TILE's, bf16, 4k keys):
+# the forward takes 128 x 64 with 8 warps and 2 stages, 3.2x / 3.1x the portable 32 x 32 non-causal /
+# causal (154 -> 492, 150 -> 462 TFLOP/s; 64 x 64 with 4 warps 2.5x / 2.1x); the backward 64 x 64 with
+# 8 warps and 2 stages for dK / dV and 128 x 32 with 8 warps and 2 stages for dQ, 1.5x / 1.3x (160 ->
+# 242, 153 -> 203; of two other pairs one ran 0.6x, the other 1.1x).
 # One or two shapes measured per choice; the tile variables of tuning.py select others.
 NVIDIA_16BIT_FORWARD_TILES = {  # (padded head dim, right window): tile
     (64, False): tuning.Tile(128, 64, 8, 3),
     (64, True): tuning.Tile(64, 64, 4, 3),
     (128, False): tuning.Tile(128, 128, 8, 3),
     (128, True): tuning.Tile(128, 128, 8, 3),
+    (256, False): tuning.Tile(128, 64, 8, 2),
+    (256, True): tuning.Tile(128, 64, 8, 2),
 }
 NVIDIA_16BIT_BACKWARD_TILES = {  # padded head dim: (dK / dV tile, dQ tile)
     64: (tuning.Tile(64, 64, 4, 3), tuning.Tile(64, 64, 4, 3)),
     128: (tuning.Tile(32, 128, 8, 3), tuning.Tile(128, 32, 8, 3)),
+    256: (tuning.Tile(64, 64, 8, 2), tuning.Tile(128, 32, 8, 2)),
 }
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
 def _nvidia_16bit(block_d, dtype, device):
-    """Whether the NVIDIA 16-bit tiles apply: fp16 / bf16 CUDA tensors up to head dim 128, not ROCm."""
-    return device.type == "cuda" and torch.version.hip is None and dtype in SIXTEEN_BIT and block_d <= 128
+    """Whether the NVIDIA 16-bit tiles apply: fp16 / bf16 CUDA tensors, not ROCm."""
+    return device.type == "cuda" and torch.version.hip is None and dtype in SIXTEEN_BIT
 
 
 def _launch_options(tile, block_d):
@@ -106,14 +120,14 @@ def _launch_options(tile, block_d):
 
 def _forward_launch(block_d, dtype, device, right_window=False, seqlen_k=0):
     """The forward's fixed launch options: the tile of tuning.py's experiment variable where set, else
-    _fp8_tile's for fp8 up to head dim 128 (not on ROCm, whose fp8 keeps the portable tile),
-    NVIDIA_16BIT_FORWARD_TILES for 16-bit inputs on NVIDIA GPUs up to head dim 128 (by head dim and
-    whether a right window, causal included, bounds the keys), else the portable blocks."""
+    for fp8 (not on ROCm, whose fp8 keeps the portable tile) _fp8_tile's up to head dim 128 and
+    FP8_WIDE_HEAD_TILE above it, NVIDIA_16BIT_FORWARD_TILES for 16-bit inputs on NVIDIA GPUs (by
+    head dim and whether a right window, causal included, bounds the keys), else the portable blocks."""
     fp8 = dtype == FP8_DTYPE
     tile = tuning.tile_from_environment(tuning.FP8_FORWARD_TILE_VARIABLE if fp8 else tuning.FORWARD_TILE_VARIABLE,
                                         None)
-    if tile is None and fp8 and block_d <= 128 and torch.version.hip is None:
-        tile = _fp8_tile(right_window, seqlen_k)
+    if tile is None and fp8 and torch.version.hip is None:
+        tile = _fp8_tile(right_window, seqlen_k) if block_d <= 128 else FP8_WIDE_HEAD_TILE
     if tile is None and _nvidia_16bit(block_d, dtype, device):
         tile = NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
     return _launch_options(tile, block_d)

@@ -4,11 +4,11 @@ FLASH_ATTENTION_TRITON_AMD_AUTOTUNE="TRUE", which autotunes each kernel over a s
 Triton backend does. The variable is read per call, like FLASH_ATTENTION_TRITON_AMD_ENABLE.
 
 Without it, each kernel launches with the fixed tile its host chooses (attention._forward_launch,
-attention._backward_launches, kvcache._blocks): on NVIDIA GPUs, for 16-bit inputs up to head dim
-128, a tile per kernel and head dim with its warps and stages (attention.py says which and why);
-elsewhere (fp32, head dims above 128, ROCm) the 64 x 64 / 32 x 32 blocks with Triton's default
-num_warps / num_stages; the fp8 forward's own tiles (attention._fp8_tile: FP8_FORWARD_TILE, and under
-a causal / right window one of two by the key length). The variables
+attention._backward_launches, kvcache._blocks): on NVIDIA GPUs, for 16-bit inputs, a tile per
+kernel and padded head dim (64, 128, 256) with its warps and stages (attention.py says which and
+why); elsewhere (fp32, ROCm) the 64 x 64 / 32 x 32 blocks with Triton's default num_warps /
+num_stages; the fp8 forward's own tiles (attention._fp8_tile: FP8_FORWARD_TILE, and under a causal /
+right window one of two by the key length; FP8_WIDE_HEAD_TILE above head dim 128). The variables
 below (FORWARD_TILE_VARIABLE, FP8_FORWARD_TILE_VARIABLE, DKDV_TILE_VARIABLE, DQ_TILE_VARIABLE)
 replace a kernel's fixed tile for experiments.
 
@@ -42,9 +42,10 @@ DKDV_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DKDV_TILE"
 DQ_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DQ_TILE"
 
 # A tile is tried when each of its row blocks times the padded head dim stays within this many
-# elements (128 x 128), the bound the fixed tiles keep (32 x 32 above head dim 128): larger fp32
-# accumulators are expected to spill. An unmeasured guess; a config that does not compile (out of
-# shared memory) is skipped by the autotuner itself.
+# elements (128 x 128): larger fp32 accumulators are expected to spill. An unmeasured guess, which
+# the NVIDIA fixed tiles at head dims 129-256 exceed (128 x 64 blocks over a 256-wide head ran 3x the
+# 32 x 32 ones there, attention.py); a config that does not compile (out of shared memory) is
+# skipped by the autotuner itself.
 MAX_TILE_ELEMENTS = 128 * 128
 
 
