@@ -18,7 +18,6 @@ sweep (--fp8-tiles, --bf16-tiles, --seqlens).
 """
 
 import argparse
-import contextlib
 import os
 
 import torch
@@ -27,6 +26,7 @@ from triton.testing import do_bench
 
 from flash_attn import flash_attn_func
 from flash_attn.triton import attention, tuning
+from triton_tile_sweep import environment
 
 HEADDIM, HEADS, TOKENS = 128, 16, 16384
 FP8 = torch.float8_e4m3fn
@@ -46,21 +46,10 @@ def tflops(seqlen, batch, causal, ms):
     return flops / ms / 1e9
 
 
-@contextlib.contextmanager
 def forward_tile(variable, candidate):
     """The environment of one candidate: its tile in `variable`, or autotuning, or neither."""
-    saved = {name: os.environ.pop(name, None) for name in (variable, tuning.AUTOTUNE_VARIABLE)}
-    if candidate == AUTOTUNE:
-        os.environ[tuning.AUTOTUNE_VARIABLE] = "TRUE"
-    elif candidate != DEFAULT:
-        os.environ[variable] = candidate
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            os.environ.pop(name, None)
-            if value is not None:
-                os.environ[name] = value
+    return environment({variable: None if candidate in (DEFAULT, AUTOTUNE) else candidate,
+                        tuning.AUTOTUNE_VARIABLE: "TRUE" if candidate == AUTOTUNE else None})
 
 
 def inputs(seqlen):

@@ -34,13 +34,10 @@ KINDS = {  # kind: the experiment variables its candidate sets (a backward candi
 
 
 @contextlib.contextmanager
-def tiles(kind, candidate):
-    """The environment of one candidate: its tile(s) in the kind's variables, or none for the default."""
-    names = KINDS[kind] + (tuning.AUTOTUNE_VARIABLE,)
-    saved = {name: os.environ.pop(name, None) for name in names}
-    if candidate != DEFAULT:
-        for name, tile in zip(KINDS[kind], candidate.split("/")):
-            os.environ[name] = tile
+def environment(values):
+    """os.environ with `values` ({name: text, or None to unset}) for the block, restored after it."""
+    saved = {name: os.environ.pop(name, None) for name in values}
+    os.environ.update({name: text for name, text in values.items() if text is not None})
     try:
         yield
     finally:
@@ -48,6 +45,13 @@ def tiles(kind, candidate):
             os.environ.pop(name, None)
             if value is not None:
                 os.environ[name] = value
+
+
+def tiles(kind, candidate):
+    """The environment of one candidate: its tile(s) in the kind's variables, or none for the default;
+    no autotuning either way."""
+    chosen = dict(zip(KINDS[kind], candidate.split("/"))) if candidate != DEFAULT else {}
+    return environment({name: chosen.get(name) for name in KINDS[kind] + (tuning.AUTOTUNE_VARIABLE,)})
 
 
 def calls(headdim, seqlen, causal):
