@@ -87,17 +87,27 @@ torch.library.register_autograd("flash_attn::triton_fwd", flash_ops.backward_thr
                                 setup_context=flash_ops.fwd_setup_context)
 
 
+def _below_autograd(op, *inputs):
+    """op(*inputs) with the autograd dispatch keys excluded: what the op's registered Autograd kernel
+    does itself when no input records gradients (torch._library's forward_no_grad, a redispatch
+    below autograd), without that kernel's Python (~15 us a call on a 2-core CPU host, launches
+    stubbed: benchmarks/NOTES.md "Triton backend (#9), session 29"). The call still goes through
+    the dispatcher, so dispatch modes, profilers and fake tensors see the op."""
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*inputs)
+
+
 class _EagerForward(torch.autograd.Function):
     """flash_attn::triton_fwd with its autograd formula (the one registered above), for eager calls
     that record gradients. The op's registered autograd wrapper calls torch._library.utils.fill_defaults
     on every such call, which rebuilds the schema's argument list once per argument: ~50-100 us of
     Python, a large part of a short call's host time (benchmarks/NOTES.md "Triton backend (#9),
-    session 25"). Inside forward grad mode is off, so the op runs without that wrapper. torch.compile
+    session 25"). Inside forward the op runs below its Autograd kernel (_below_autograd). torch.compile
     traces the op itself."""
 
     @staticmethod
     def forward(ctx, *inputs):
-        output = torch.ops.flash_attn.triton_fwd.default(*inputs)
+        output = _below_autograd(torch.ops.flash_attn.triton_fwd.default, *inputs)
         flash_ops.fwd_setup_context(ctx, inputs, output)
         ctx.mark_non_differentiable(output[2])  # rng_state
         return output
@@ -106,12 +116,14 @@ class _EagerForward(torch.autograd.Function):
 
 
 def forward(*inputs):
-    """flash_attn::triton_fwd on fwd's arguments: through _EagerForward where an eager call records
-    gradients for q, k or v, else the op."""
-    if (torch.is_grad_enabled() and not torch.compiler.is_compiling()
-            and any(t.requires_grad for t in inputs[:3])):
+    """flash_attn::triton_fwd on fwd's arguments: under torch.compile the op; eager, through
+    _EagerForward where the call records gradients for q, k or v, else below autograd."""
+    op = torch.ops.flash_attn.triton_fwd.default
+    if torch.compiler.is_compiling():
+        return op(*inputs)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs[:3]):
         return _EagerForward.apply(*inputs)
-    return torch.ops.flash_attn.triton_fwd.default(*inputs)
+    return _below_autograd(op, *inputs)
 
 
 ENABLE_VARIABLE = "FLASH_ATTENTION_TRITON_AMD_ENABLE"
