@@ -348,8 +348,6 @@ def opcheck_both_ops(device, nheads_k, window, softcap=0.0, alibi=False, varlen=
     assert set(result.values()) == {"SUCCESS"}, result
 
 
-# Module marks of the GPU test files: skip cleanly without a GPU or the extension (no GPU query
-# beyond is_available at import), and poison every output (conftest.cuda_test_setup).
 # The backend the GPU test modules run against, FLASH_ATTN_TEST_BACKEND: "cuda" (the default) the CUDA
 # kernels; "triton" the same tests with FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE set for each
 # (conftest.py, cuda_test_setup), so that every public function runs the Triton backend
@@ -371,6 +369,8 @@ def _gpu_tests_unavailable_reason():
 
 
 _GPU_TESTS_UNAVAILABLE = _gpu_tests_unavailable_reason()
+# Module marks of the GPU test files: skip cleanly without a GPU or the backend under test (no GPU
+# query beyond is_available at import), and poison every output (conftest.cuda_test_setup).
 GPU_TEST_MARKS = [
     pytest.mark.skipif(_GPU_TESTS_UNAVAILABLE is not None, reason=str(_GPU_TESTS_UNAVAILABLE)),
     pytest.mark.usefixtures("cuda_test_setup"),

@@ -74,15 +74,34 @@ def calls(headdim, seqlen, causal):
 
 
 def run(kind, candidate, call, flop, reference, rep):
-    """(TFLOP/s, max abs difference from the reference) or (None, the error)."""
+    """(TFLOP/s, max abs difference from the reference (0 without one), the call's tensors), or
+    (None, the error, None) when the tile does not compile."""
     with tiles(kind, candidate):
         try:
             result = call()
             ms = do_bench(call, warmup=25, rep=rep, return_mode="median")
         except Exception as error:  # reported in the table; the sweep goes on
-            return None, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    diff = 0.0 if reference is None else max((a.float() - b.float()).abs().max().item() for a, b in zip(result, reference))
-    return flop * (2.5 if kind == "bwd" else 1) / ms / 1e9, diff
+            return None, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", None
+    diff = 0.0 if reference is None else max((a.float() - b.float()).abs().max().item()
+                                             for a, b in zip(result, reference))
+    return flop * (2.5 if kind == "bwd" else 1) / ms / 1e9, diff, result
+
+
+def sweep_kind(kind, candidates, call, flop, shape, rep):
+    """One kind's candidates on one shape, the default first (its output is the reference): prints a
+    row each, returns {candidate: TFLOP/s over the default's (0 where it failed)}."""
+    ratios, default_value, reference = {}, None, None
+    for candidate in (DEFAULT,) + tuple(c for c in candidates if c != DEFAULT):
+        value, note, result = run(kind, candidate, call, flop, reference, rep)
+        if candidate == DEFAULT:
+            default_value, reference = value, result
+        if value is None:
+            print(f"| {kind} | {candidate} | {shape} | failed | | {note} |", flush=True)
+            ratios[candidate] = 0.0
+            continue
+        ratios[candidate] = value / default_value if default_value else float("nan")
+        print(f"| {kind} | {candidate} | {shape} | {value:.1f} | {ratios[candidate]:.2f} | {note:.2e} |", flush=True)
+    return ratios
 
 
 def main():
@@ -104,21 +123,9 @@ def main():
         for causal in (False, True):
             shape_calls, flop = calls(args.headdim, seqlen, causal)
             for kind, candidates in (("fwd", args.fwd), ("fp8", args.fp8), ("bwd", args.bwd)):
-                default_value, reference = None, None
-                for candidate in (DEFAULT,) + tuple(c for c in candidates if c != DEFAULT):
-                    value, note = run(kind, candidate, shape_calls[kind], flop, reference, args.rep)
-                    if candidate == DEFAULT:
-                        default_value = value
-                        with tiles(kind, DEFAULT):
-                            reference = shape_calls[kind]()
-                    if value is None:
-                        print(f"| {kind} | {candidate} | {seqlen} | {causal} | failed | | {note} |", flush=True)
-                        ratios.setdefault((kind, candidate), []).append(0.0)
-                        continue
-                    ratio = value / default_value if default_value else float("nan")
+                shape_ratios = sweep_kind(kind, candidates, shape_calls[kind], flop, f"{seqlen} | {causal}", args.rep)
+                for candidate, ratio in shape_ratios.items():
                     ratios.setdefault((kind, candidate), []).append(ratio)
-                    print(f"| {kind} | {candidate} | {seqlen} | {causal} | {value:.1f} | {ratio:.2f} | {note:.2e} |",
-                          flush=True)
     for kind in KINDS:
         ranked = sorted(((min(r), c) for (k, c), r in ratios.items() if k == kind), reverse=True)
         if ranked:

@@ -50,7 +50,8 @@ struct FwdQueryBlock {
     b.seq = SequenceView::of(p, batch);
     b.head = head;
     b.head_k = b.head / (p.shape.heads / p.shape.heads_k);
-    const int shift = end_aligned && p.causal ? (kBlockM - b.seq.seqlen_q % kBlockM) % kBlockM / kShiftRows * kShiftRows : 0;
+    const int part_rows = b.seq.seqlen_q % kBlockM;  // of the block that is not full; 0: none is
+    const int shift = end_aligned && p.causal && part_rows > 0 ? (kBlockM - part_rows) / kShiftRows * kShiftRows : 0;
     b.m0 = m_block * kBlockM - shift;
     b.rows_q = min(kBlockM, b.seq.seqlen_q - b.m0);
     b.row_begin = max(0, -b.m0);

@@ -105,7 +105,7 @@ NVIDIA_16BIT_BACKWARD_TILES = {  # padded head dim: (dK / dV tile, dQ tile)
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
-def _nvidia_16bit(block_d, dtype, device):
+def _nvidia_16bit(dtype, device):
     """Whether the NVIDIA 16-bit tiles apply: fp16 / bf16 CUDA tensors, not ROCm."""
     return device.type == "cuda" and torch.version.hip is None and dtype in SIXTEEN_BIT
 
@@ -128,7 +128,7 @@ def _forward_launch(block_d, dtype, device, right_window=False, seqlen_k=0):
                                         None)
     if tile is None and fp8 and torch.version.hip is None:
         tile = _fp8_tile(right_window, seqlen_k) if block_d <= 128 else FP8_WIDE_HEAD_TILE
-    if tile is None and _nvidia_16bit(block_d, dtype, device):
+    if tile is None and _nvidia_16bit(dtype, device):
         tile = NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
     return _launch_options(tile, block_d)
 
@@ -136,7 +136,7 @@ def _forward_launch(block_d, dtype, device, right_window=False, seqlen_k=0):
 def _backward_launches(block_d, dtype, device):
     """(dK / dV, dQ) fixed launch options: each kernel's tile variable where set, else the NVIDIA
     16-bit tiles of the head dim, else the portable blocks."""
-    nvidia = NVIDIA_16BIT_BACKWARD_TILES.get(max(64, block_d)) if _nvidia_16bit(block_d, dtype, device) else None
+    nvidia = NVIDIA_16BIT_BACKWARD_TILES.get(max(64, block_d)) if _nvidia_16bit(dtype, device) else None
     return tuple(_launch_options(tuning.tile_from_environment(variable, None if nvidia is None else nvidia[i]),
                                  block_d)
                  for i, variable in enumerate((tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE)))
