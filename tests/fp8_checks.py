@@ -135,3 +135,40 @@ def assert_lse_close(lse, ref_lse, pt_lse, allowance):
     worst = (err - bound).argmax()
     assert (err <= bound).all(), (f"lse: |lse - ref| = {err[worst].item():.4g} > 2 * max|pt - ref| + floor "
                                   f"({base:.4g}) + MMA allowance ({allowance[finite][worst].item():.4g})")
+
+
+def long_tail_inputs(seqlen_q=32, seqlen_k=2048, nheads=2, headdim=128, peak_key=777):
+    """Quantized (q8, k8, v8) and descales of rows whose softmax mass lies partly in one key
+    (peak_key) and partly in a long tail of keys 8 nats below it: each tail probability is ~e^-8 =
+    3.4e-4 of the peak, below 2^-10, so that P in [0, 1] rounds it to 0 in e4m3, while the tail
+    holds ~0.7 of the peak's mass over 2k keys. v is 1 + 0.1 * randn: mass lost from P . V shows
+    as an output too small by about the lost share (~0.4). q and k share a random unit direction u
+    (q = 16 u, k = 6 u at the peak and 0.34 u in the tail, so the gap is 16 * 5.66 / sqrt(128) = 8
+    nats) plus noise of 0.05 per element."""
+    u = torch.nn.functional.normalize(torch.randn(headdim), dim=0)
+    weights = torch.full((seqlen_k,), 0.34)
+    weights[peak_key] = 6.0
+    q = 16 * u + 0.05 * torch.randn(1, seqlen_q, nheads, headdim)
+    k = weights[None, :, None, None] * u + 0.05 * torch.randn(1, seqlen_k, nheads, headdim)
+    v = 1 + 0.1 * torch.randn(1, seqlen_k, nheads, headdim)
+    quantized = [quantize(x, nheads) for x in (q, k, v)]
+    return [x8 for x8, _ in quantized], [d for _, d in quantized]
+
+
+def assert_long_tail_kept(out, lse, q8, k8, v8, descales, accumulator_bits=FP8_MMA_ACCUMULATOR_BITS):
+    """out of long_tail_inputs within 2^-3 * max|v| of the reference everywhere: each probability
+    rounds to e4m3 with a relative error of at most 2^-4 while it is a normal number, and the row
+    sums use P unrounded, so out - ref = sum_i delta_i p_i v_i / sum_i p_i is at most 2^-4 * max|v|
+    (the factor 2 covers the fp8 MMA's accumulation and the bfloat16 output). The rule's own pt,
+    plain fp8 attention with P in [0, 1], breaks this bound (it loses the tail): checked, so the test
+    can fail. lse by the ordinary fp8 rule."""
+    scale = q8.shape[-1] ** -0.5
+    (ref_out, ref_lse), (pt_out, pt_lse), allowance = references(q8, k8, v8, descales, scale, False,
+                                                                accumulator_bits=accumulator_bits)
+    bound = 2.0 ** -3 * dequantize(v8, descales[2]).abs().max().item()
+    pt_err = (pt_out.double() - ref_out).abs().max().item()
+    assert pt_err > bound, f"the inputs lost their tail: plain fp8 is off by only {pt_err:.4g} <= {bound:.4g}"
+    err = (out.double() - ref_out).abs().max().item()
+    assert err <= bound, (f"fp8 out lost the long tail: max |out - ref| = {err:.4g} > 2^-3 * max|v| = {bound:.4g} "
+                          f"(plain fp8 attention: {pt_err:.4g})")
+    assert_lse_close(lse, ref_lse, pt_lse, allowance)

@@ -11,7 +11,8 @@ import torch
 
 import flash_attn
 from flash_attn import backend
-from fp8_checks import FP8, FP8_MMA_ACCUMULATOR_BITS, assert_fp8_close, quantize, references
+from fp8_checks import (FP8, FP8_MMA_ACCUMULATOR_BITS, assert_fp8_close, assert_long_tail_kept, long_tail_inputs, quantize,
+                        references)
 from helpers import CUDA_KERNELS_ONLY, GPU_TEST_MARKS, run_sm90_layout_check
 
 def _fp8_headdims():
@@ -107,6 +108,14 @@ def test_fp8_scores_rising_along_the_walk(causal, cuda_test_setup):
     out, lse = _run_op(q8, k8, v8, descales, causal)
     assert_fp8_close(out, lse, *references(q8, k8, v8, descales, headdim ** -0.5, causal,
                                            accumulator_bits=_accumulator_bits(headdim)))
+
+
+def test_fp8_keeps_a_long_tail(cuda_test_setup):
+    """Rows with a peak key and a long tail of keys 8 nats below it (fp8_checks.long_tail_inputs):
+    P scaled by 2^8 (Sm90ForwardRows::kProbScaleLog2) keeps the tail in P . V; P in [0, 1] lost it."""
+    (q8, k8, v8), descales = long_tail_inputs()
+    out, lse = _run_op(q8, k8, v8, descales)
+    assert_long_tail_kept(out, lse, q8, k8, v8, descales, accumulator_bits=_accumulator_bits(128))
 
 
 def test_fp8_without_descales_is_descale_one(cuda_test_setup):

@@ -18,10 +18,10 @@ import triton.language as tl  # noqa: E402 - after the skip above
 
 import flash_attn
 from feature_checks import make_cu_seqlens
-from fp8_checks import FP8, assert_fp8_close, quantize, references
+from fp8_checks import FP8, assert_fp8_close, assert_long_tail_kept, long_tail_inputs, quantize, references
 
 triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
-from flash_attn.triton.fp8_kernels import _output, _pv_operand  # noqa: E402 - after the skip above
+from flash_attn.triton.fp8_kernels import E4M3_P_SCALE_LOG2, _output, _pv_operand  # noqa: E402 - after the skip above
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(DEVICE == "cuda" and torch.cuda.get_device_capability() < (8, 9),
@@ -98,6 +98,16 @@ def test_keys_contiguous_copies_v(shape):
     copied = triton_backend.attention.keys_contiguous(v)
     assert copied.shape == v.shape and copied.stride(-3) == 1  # keys: the first dim (varlen) or the second
     assert torch.equal(copied.view(torch.uint8).cpu(), v.view(torch.uint8).cpu())
+
+
+def test_fp8_keeps_a_long_tail():
+    """Rows with a peak key and a long tail of keys 8 nats below it (fp8_checks.long_tail_inputs):
+    P scaled by 2^8 (fp8_kernels.E4M3_P_SCALE_LOG2) keeps the tail in P . V; P in [0, 1] lost it."""
+    (q8, k8, v8), descales = long_tail_inputs()
+    out, lse, _ = flash_attn.flash_attn_func(
+        *_on_device((q8, k8, v8)), return_attn_probs=True,
+        **dict(zip(("q_descale", "k_descale", "v_descale"), _on_device(descales))))
+    assert_long_tail_kept(out.cpu(), lse.cpu(), q8, k8, v8, descales)
 
 
 def test_fp8_without_descales_is_descale_one():
@@ -208,13 +218,15 @@ def _cast_kernel(P, X, P8, X16, N: tl.constexpr, INTERPRETER_ROUNDING: tl.conste
 
 
 def _probabilities_to_cast(n):
-    """n values in [0, 1]: every e4m3 value there, the exact ties between neighbours, the smallest tie
-    (rounds to 0), a value just below 2^-6 (the subnormal edge), and random ones."""
+    """n values in [0, 256] (P's range, fp8_kernels.E4M3_P_SCALE_LOG2): every e4m3 value there, the
+    exact ties between neighbours, the smallest tie (rounds to 0), a value just below 2^-6 (the
+    subnormal edge), and random ones spread over the exponents 2^-12..2^8."""
     grid = torch.arange(0, 127, dtype=torch.uint8).view(FP8).float()  # every e4m3 value in [0, 448)
-    grid = grid[grid <= 1]
+    grid = grid[grid <= 2 ** E4M3_P_SCALE_LOG2.value]
     ties = (grid[1:] + grid[:-1]) / 2
     edges = torch.tensor([2.0 ** -10, 0.0155])
-    return torch.cat([grid, ties, edges, torch.rand(n - grid.numel() - ties.numel() - edges.numel())])
+    spread = 2.0 ** (torch.rand(n - grid.numel() - ties.numel() - edges.numel()) * 20 - 12)
+    return torch.cat([grid, ties, edges, spread])
 
 
 def _bf16_ties(x):

@@ -145,8 +145,13 @@ struct Sm90ForwardRows {
   // holds values up to 256 with its usual relative precision; e4m3 P keeps the exact max (its
   // largest value must stay exactly 1: rounded, it cost one-query rows their accuracy, v30).
   static constexpr int kMaxLagLog2 = kIsFp8<T> ? 0 : 8;
+  // e4m3 P is scaled by 2^8 (its largest value exactly 256, below e4m3's 448): a row's small
+  // probabilities then stay normal numbers down to 2^-14 of its max instead of flushing to 0 below
+  // 2^-10 (softmax.cuh). 16-bit P has the range already.
+  static constexpr int kProbScaleLog2 = kIsFp8<T> ? 8 : 0;
+  using Softmax = OnlineSoftmax<1, kProbScaleLog2>;
   float acc[1][kHeadNT + (kSumsByMma ? 1 : 0)][4];  // O rows of this warp (16 x head dim), then the row sums
-  OnlineSoftmax<1> softmax;
+  Softmax softmax;
   float scores[1][kScoreNT][4];             // S rows of this warp (16 x kBlockN), then P until converted
   float rescale[1][2];                      // O's pending rescale from the latest softmax
   uint32_t probs[1][kPvSteps<T, Cfg::kBlockN>][4];  // P of the previous block, the A operand of its P.V
@@ -185,7 +190,7 @@ struct Sm90ForwardRows {
   // Rescales O for the latest block and converts its P to the A operand of its P.V (dropout
   // zeroes the dropped entries there, two per instruction; e4m3 P has no dropout).
   __device__ __forceinline__ void convert(const Dropout& dropout) {
-    OnlineSoftmax<1>::rescale_output_where_needed(acc, rescale);
+    Softmax::rescale_output_where_needed(acc, rescale);
     if constexpr (kIsFp8<T>)
       arch::accumulators_to_e4m3_a_fragments(probs, scores);
     else

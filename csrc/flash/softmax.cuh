@@ -6,6 +6,13 @@
 // A thread owns, for each of its MT row atoms, arch::kAccRows rows (the arch layer says which
 // accumulator values belong to which row); the lanes sharing a row reduce the max with shuffles.
 // The sum stays per-thread until `finalize` (rescaling is linear, so partial sums can wait).
+// kProbScaleLog2 > 0: the probabilities (and so the sums and the running P.V) are 2^kProbScaleLog2
+// times exp(scale * (x - m)), a row's largest exactly 2^kProbScaleLog2; finalize takes the factor
+// back out of the lse (O / sum cancels it). For e4m3 P (FlashAttention 3 uses 2^8 there too): with
+// the largest probability at 1, e4m3's smallest subnormal 2^-9 is only 6.2 nats below the max, and
+// a row's long tail of smaller probabilities rounded to 0 in P.V while the row sum kept it; at 2^8
+// the tail keeps e4m3's 3-bit precision down to 2^-14 of the max (normal numbers) and is flushed
+// only below 2^-17 (11.8 nats).
 #pragma once
 
 #include <cmath>
@@ -14,7 +21,7 @@
 
 namespace flash {
 
-template <int MT>
+template <int MT, int kProbScaleLog2 = 0>
 struct OnlineSoftmax {
   float row_max[MT][arch::kAccRows];
   float row_sum[MT][arch::kAccRows];
@@ -53,6 +60,7 @@ struct OnlineSoftmax {
   template <bool kSumRows = true, int kMaxLagLog2 = 0, int NT>
   __device__ __forceinline__ void update_probs(float (&scores)[MT][NT][arch::kAccRegs], float scale_log2,
                                                float (&rescale)[MT][arch::kAccRows]) {
+    static_assert(kMaxLagLog2 == 0 || kProbScaleLog2 == 0, "a lagging max and a scaled P compound their ranges");
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -73,6 +81,7 @@ struct OnlineSoftmax {
           if (keeps) block_max = row_max[mt][h];
         }
         const float max_scaled = block_max == -INFINITY ? 0.f : block_max * scale_log2;
+        const float exponent_offset = max_scaled - static_cast<float>(kProbScaleLog2);  // of every probability
         // Exactly 1 where the max did not rise, so that rescale_output_where_needed can skip O: as
         // one expression, m_old * scale - max_scaled is contracted into an FMA whose result is the
         // rounding residue of max_scaled, not 0, and almost every factor differed from 1 (ncu: O's
@@ -87,7 +96,7 @@ struct OnlineSoftmax {
 #pragma unroll
           for (int j = 0; j < arch::kAccValuesPerRow; ++j) {
             float& x = scores[mt][nt][arch::acc_value(h, j)];
-            const float p = arch::exp2_approx(fmaf(x, scale_log2, -max_scaled));
+            const float p = arch::exp2_approx(fmaf(x, scale_log2, -exponent_offset));
             x = p;
             if constexpr (kSumRows) sum += p;
           }
@@ -144,7 +153,8 @@ struct OnlineSoftmax {
         const float sum = sums[mt][h];
         const bool empty = sum == 0.f;
         const float inv_sum = empty ? 0.f : output_scale / sum;
-        lse[mt][h] = empty ? INFINITY : row_max[mt][h] * scale + logf(sum);
+        constexpr float kLogProbScale = kProbScaleLog2 * 0.69314718f;  // ln 2^kProbScaleLog2
+        lse[mt][h] = empty ? INFINITY : row_max[mt][h] * scale + (logf(sum) - kLogProbScale);
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt)
 #pragma unroll

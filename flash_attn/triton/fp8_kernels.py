@@ -2,14 +2,19 @@
 
 FlashAttention 3's FP8 forward: q, k, v are float8_e4m3fn with per-(batch, KV head) float32
 descale factors (the real tensors are q * q_descale, ...). Both products run on fp8 operands:
-S = (q8 . k8) * softmax_scale * q_descale * k_descale, and P, rounded to e4m3 (it lies in [0, 1]),
-times v8, the sum scaled by v_descale at the end. The row sums of the softmax use P before that
-rounding, as FlashAttention's Triton AMD backend does.
+S = (q8 . k8) * softmax_scale * q_descale * k_descale, and P, rounded to e4m3, times v8, the sum
+scaled by v_descale at the end. P is 2^8 * exp(s - row max) (E4M3_P_SCALE_LOG2), in [0, 256], as in
+FlashAttention 3's fp8 forward (and ours on Hopper, csrc/flash/softmax.cuh): with P in [0, 1], every
+probability below 2^-10 of its row's largest rounded to 0 in e4m3, and a row whose mass lies in
+many such keys lost it from P . V while its row sum kept it (tests/test_triton_fp8.py's long-tail
+test). The row sums of the softmax use P before that rounding, as FlashAttention's Triton AMD
+backend does.
 """
 
 import triton
 import triton.language as tl
 
+E4M3_P_SCALE_LOG2 = tl.constexpr(8)  # P's scale, the module docstring: its largest value 256, below e4m3's 448
 E4M3_MIN_NORMAL = tl.constexpr(0.015625)  # 2^-6; below it e4m3 steps by 2^-9
 SUBNORMAL_ROUNDER = tl.constexpr(16384.0)  # 2^14: fp32's step there is 2^-9
 

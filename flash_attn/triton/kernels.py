@@ -22,7 +22,7 @@ host's or autotuned (tuning.py).
 import triton
 import triton.language as tl
 
-from .fp8_kernels import _descaled_scales, _output, _pv_operand
+from .fp8_kernels import E4M3_P_SCALE_LOG2, _descaled_scales, _output, _pv_operand
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr: jit functions read only those globals
 
@@ -275,21 +275,23 @@ def _row_statistics(Lse, Delta, batch, head, first, rows, length, stride_lb, str
 
 
 @triton.jit
-def _online_softmax(s, m_i, l_i):
+def _online_softmax(s, m_i, l_i, P_SCALE_LOG2: tl.constexpr):
     """One key block of the online softmax: s the block's final scores (-inf where masked), m_i / l_i
-    the rows' running maximum and sum (base 2). Returns p = exp2(s - max) unnormalized, the factor
-    alpha that rescales what was accumulated before, and the new m_i, l_i."""
+    the rows' running maximum and sum (base 2). Returns p = 2^P_SCALE_LOG2 * exp2(s - max)
+    unnormalized (the scale: fp8_kernels.E4M3_P_SCALE_LOG2; l_i sums p as scaled and
+    _normalized_rows takes the scale back out of the lse), the factor alpha that rescales what was
+    accumulated before, and the new m_i, l_i."""
     s = s * LOG2E
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that see no key yet
-    p = tl.exp2(s - m_base[:, None])
+    p = tl.exp2(s - (m_base - P_SCALE_LOG2)[:, None])
     alpha = tl.exp2(m_i - m_base)
     return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
 
 
 @triton.jit
 def _online_softmax_of_products(qk, m_i, l_i, scale_log2, rows, cols, len_q, len_k, left, right,
-                                MASKED: tl.constexpr):
+                                MASKED: tl.constexpr, P_SCALE_LOG2: tl.constexpr):
     """_online_softmax of plain scaled scores (no softcap, no ALiBi) from the raw products qk, with
     scale_log2 = scale * log2(e) > 0 folded in: an unmasked block takes the row maximum of qk
     before scaling, then p = exp2(qk * scale_log2 - max) is one FMA per score (FlashAttention's own
@@ -300,22 +302,23 @@ def _online_softmax_of_products(qk, m_i, l_i, scale_log2, rows, cols, len_q, len
                      float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that see no key yet
-        p = tl.exp2(s - m_base[:, None])
+        p = tl.exp2(s - (m_base - P_SCALE_LOG2)[:, None])
     else:
         m_new = tl.maximum(m_i, tl.max(qk, 1) * scale_log2)
         m_base = m_new
-        p = tl.exp2(qk * scale_log2 - m_base[:, None])
+        p = tl.exp2(qk * scale_log2 - (m_base - P_SCALE_LOG2)[:, None])
     alpha = tl.exp2(m_i - m_base)
     return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
 
 
 @triton.jit
-def _normalized_rows(acc, m_i, l_i, keep_scale):
+def _normalized_rows(acc, m_i, l_i, keep_scale, P_SCALE_LOG2: tl.constexpr):
     """(out, lse) of rows at the end of the key walk: out = acc / l (times dropout's 1 / keep_prob),
-    and for a row that saw no key out 0 and lse +inf (flash_attn/reference.py's convention)."""
+    and for a row that saw no key out 0 and lse +inf (flash_attn/reference.py's convention). p and l
+    carry the factor 2^P_SCALE_LOG2 (_online_softmax): out's quotient cancels it, the lse subtracts it."""
     seen = l_i > 0
     out = acc * (keep_scale / tl.where(seen, l_i, 1.0))[:, None]
-    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) / LOG2E, float("inf"))
+    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0)) - P_SCALE_LOG2) / LOG2E, float("inf"))
     return out, lse
 
 
@@ -351,9 +354,10 @@ def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, 
             stride_vd, score_scale, scale_log2, softcap, slope, left, right, Rng, batch, heads, head, keep_threshold,
             BLOCK_N: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
             DOT_PRECISION: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr,
-            PAD_D: tl.constexpr):
+            PAD_D: tl.constexpr, P_SCALE_LOG2: tl.constexpr):
     """The forward's walk over the key blocks [start, stop) (multiples of BLOCK_N): returns acc, m_i,
-    l_i updated. MASKED False: every key of every block is visible (_full_key_blocks)."""
+    l_i updated. MASKED False: every key of every block is visible (_full_key_blocks). P_SCALE_LOG2:
+    _online_softmax's scale of p."""
     for n0 in range(start, stop, BLOCK_N):
         cols = _block_indices(n0, BLOCK_N)
         k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED, PAD_D)
@@ -362,10 +366,10 @@ def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, 
         if HAS_SOFTCAP or HAS_ALIBI:
             s, _ = _final_scores(qk, rows[:, None], cols[None, :], len_q, len_k, score_scale, softcap, slope, left,
                                  right, HAS_SOFTCAP, HAS_ALIBI, MASKED)
-            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i)
+            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, P_SCALE_LOG2)
         else:
             p, alpha, m_i, l_i = _online_softmax_of_products(qk, m_i, l_i, scale_log2, rows, cols, len_q, len_k, left,
-                                                             right, MASKED)
+                                                             right, MASKED, P_SCALE_LOG2)
         if HAS_DROPOUT:  # the softmax normalizes before dropout
             p = tl.where(_dropout_keep(rows[:, None], cols[None, :], Rng, batch, heads, head, keep_threshold), p, 0.0)
         acc = tl.dot(_pv_operand(p, v.dtype, INTERPRETER_ROUNDING), v, acc * alpha[:, None],
@@ -422,8 +426,9 @@ def attention_forward_kernel(
                 acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, len_q,
                                         len_k, stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope,
                                         left, right, Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP,
-                                        HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION, INTERPRETER_ROUNDING, part != 1, PAD_D)
-        out, lse = _normalized_rows(acc, m_i, l_i, out_scale)
+                                        HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION, INTERPRETER_ROUNDING, part != 1, PAD_D,
+                                        E4M3_P_SCALE_LOG2 if IS_FP8 else 0)
+        out, lse = _normalized_rows(acc, m_i, l_i, out_scale, E4M3_P_SCALE_LOG2 if IS_FP8 else 0)
         out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
                                            stride_oh, PAD_D)
         tl.store(Out + out_offsets, _output(out, Out.dtype.element_ty, INTERPRETER_ROUNDING), mask=out_mask)

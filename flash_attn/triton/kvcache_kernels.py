@@ -163,9 +163,9 @@ def kvcache_attention_kernel(
                     mask=kv_mask, other=0.0)
         s, _ = _scores(q, k, rows, cols, seqlen_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI,
                        DOT_PRECISION, MASKED=True)
-        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i)
+        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-    out, lse = _normalized_rows(acc, m_i, l_i, 1.0)
+    out, lse = _normalized_rows(acc, m_i, l_i, 1.0, 0)
     out_offsets = split * stride_os + batch * stride_ob + rows[:, None] * stride_oq + head * stride_oh + dims[None, :]
     tl.store(Out + out_offsets, out, mask=q_mask)
     tl.store(Lse + split * stride_ls + batch * stride_lb + head * stride_lh + rows, lse, mask=rows < seqlen_q)
