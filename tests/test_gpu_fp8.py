@@ -4,15 +4,13 @@ reference of the dequantized inputs with the fp8 rule of fp8_checks.py (RMSE, ou
 the public functions' choice between it and the Triton backend, torch.compile, and its errors.
 """
 
-import math
-
 import pytest
 import torch
 
 import flash_attn
 from flash_attn import backend
-from fp8_checks import (FP8, FP8_MMA_ACCUMULATOR_BITS, assert_fp8_close, assert_long_tail_kept, long_tail_inputs, quantize,
-                        references)
+from fp8_checks import (FP8, assert_fp8_close, assert_long_tail_kept, chained_accumulator_bits, long_tail_inputs,
+                        quantize, references)
 from helpers import CUDA_KERNELS_ONLY, GPU_TEST_MARKS, run_sm90_layout_check
 
 def _fp8_headdims():
@@ -33,14 +31,12 @@ def test_e4m3_operand_layouts(tmp_path):
 
 
 def _accumulator_bits(headdim):
-    """The lse allowance's bits for this kernel: it accumulates S over the head dim's k-steps of 32
-    inside the tensor core (a chain of wgmma with scale-d), each step rounding the running sum to the
-    ~14 bits of fp8_checks.py, so a score's error bound is k-steps times one MMA's, 2^-14 * hd / 32,
-    with fp8_checks' bit of margin: 11 bits at hd 128, 10 at 256. Measured (H100, hd 128, inputs
-    quantized from randn * 2): lse off by up to 2^-12.45 * scale * sum |q k| (the Triton backend's
-    fp8 forward passes with fp8_checks' 2^-13)."""
-    kernel_headdim = min(d for d in _fp8_headdims() if d >= headdim)
-    return FP8_MMA_ACCUMULATOR_BITS - int(math.log2(kernel_headdim // 32))
+    """The lse allowance's bits for this kernel: it accumulates S over its head dim's k-steps of 32
+    inside the tensor core (a chain of wgmma with scale-d): fp8_checks.chained_accumulator_bits of
+    the kernel's head dim. Measured (H100, hd 128, inputs quantized from randn * 2): lse off by up
+    to 2^-12.45 * scale * sum |q k| (the Triton backend's fp8 forward passes with fp8_checks' 2^-13
+    on such inputs)."""
+    return chained_accumulator_bits(min(d for d in _fp8_headdims() if d >= headdim))
 
 
 def _inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, magnitude=1.0):
@@ -115,7 +111,7 @@ def test_fp8_keeps_a_long_tail(cuda_test_setup):
     P scaled by 2^8 (Sm90ForwardRows::kProbScaleLog2) keeps the tail in P . V; P in [0, 1] lost it."""
     (q8, k8, v8), descales = long_tail_inputs()
     out, lse = _run_op(q8, k8, v8, descales)
-    assert_long_tail_kept(out, lse, q8, k8, v8, descales, accumulator_bits=_accumulator_bits(128))
+    assert_long_tail_kept(out, lse, q8, k8, v8, descales)
 
 
 def test_fp8_without_descales_is_descale_one(cuda_test_setup):
