@@ -143,11 +143,14 @@ def long_tail_inputs(seqlen_q=32, seqlen_k=2048, nheads=2, headdim=128, peak_key
     3.4e-4 of the peak, below 2^-10, so that P in [0, 1] rounds it to 0 in e4m3, while the tail
     holds ~0.7 of the peak's mass over 2k keys. v is 1 + 0.1 * randn: mass lost from P . V shows
     as an output too small by about the lost share (~0.4). q and k share a random unit direction u
-    (q = 16 u, k = 6 u at the peak and 0.34 u in the tail, so the gap is 16 * 5.66 / sqrt(128) = 8
-    nats) plus noise of 0.05 per element."""
+    (q = 16 u, k = -5.66 u in the tail, so its scores are 16 * 5.66 / sqrt(128) = 8 nats below the
+    peak's) plus noise of 0.05 per element; the peak key is noise only, its score near 0. (With the
+    peak at +8.5 nats instead, its score's products q_d k_d all share a sign, and the fp8 MMA's
+    narrow accumulation put the CUDA kernel's lse 2^-10.4 * scale * sum |q k| off, past
+    chained_accumulator_bits' bound: H200, NOTES.md v35.)"""
     u = torch.nn.functional.normalize(torch.randn(headdim), dim=0)
-    weights = torch.full((seqlen_k,), 0.34)
-    weights[peak_key] = 6.0
+    weights = torch.full((seqlen_k,), -5.66)
+    weights[peak_key] = 0.0
     q = 16 * u + 0.05 * torch.randn(1, seqlen_q, nheads, headdim)
     k = weights[None, :, None, None] * u + 0.05 * torch.randn(1, seqlen_k, nheads, headdim)
     v = 1 + 0.1 * torch.randn(1, seqlen_k, nheads, headdim)
@@ -160,8 +163,9 @@ def chained_accumulator_bits(headdim):
     chain rounding the running sum to the accumulator's ~14 bits: the bound grows with the number of
     steps, 2^-14 * headdim / 32, plus fp8_checks' bit of margin (11 bits at hd 128, 10 at 256). Random
     q and k mostly cancel these roundings (2^-13 holds there); q and k that share a direction make
-    every product of a score the same sign, and they add up (H200, long_tail_inputs: lse off by
-    2^-11.4 * scale * sum |q k| on the Triton backend)."""
+    every product of a score the same sign, and they add up. Not a worst-case bound: with a
+    dominant score of 8.5 nats built that way (H200, hd 128) the lse was off by 2^-11.4 * scale *
+    sum |q k| on the Triton backend and 2^-10.4 on the CUDA kernel (NOTES.md v35)."""
     return FP8_MMA_ACCUMULATOR_BITS - int(math.log2(max(headdim, 32) // 32))
 
 
