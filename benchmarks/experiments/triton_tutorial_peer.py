@@ -26,6 +26,7 @@ entry as off_z + off_h * N_CTX, which is right only for a batch of one.
 configs with BLOCK_N >= 64 and at most 4 stages (the Hopper winners), so that compiling the lists
 does not take most of the run; --tutorial-configs full keeps its lists as written. Our side runs as
 the environment says (FLASH_ATTENTION_TRITON_AMD_AUTOTUNE, FLASH_ATTENTION_TRITON_FORWARD_TILE, ...).
+--no-fp8 leaves out the fp8 columns (ours and the tutorial's), --headdims 256 runs head dim 256.
 """
 
 import argparse
@@ -252,6 +253,7 @@ def main():
     parser.add_argument("--tutorial-configs", choices=("hopper", "full"), default="hopper")
     parser.add_argument("--tutorial-fp8-min-seqlen", type=int, default=4096)
     parser.add_argument("--tutorial-fp8-headdims", nargs="+", type=int, default=(128,))
+    parser.add_argument("--no-fp8", action="store_true", help="leave out the fp8 columns (ours and the tutorial's)")
     parser.add_argument("--rep", type=int, default=100, help="do_bench's rep (ms)")
     parser.add_argument("--tutorial", default=os.path.normpath(TUTORIAL_PATH))
     args = parser.parse_args()
@@ -276,8 +278,9 @@ def main():
             for causal in (False, True):
                 shape, row = Shape(hd, seqlen, causal), {}
                 measure_16bit(shape, tutorial, args.rep, row)
-                with_tutorial_fp8 = seqlen >= args.tutorial_fp8_min_seqlen and hd in args.tutorial_fp8_headdims
-                measure_fp8(shape, tutorial, args.rep, row, with_tutorial_fp8)
+                if not args.no_fp8:
+                    with_tutorial_fp8 = seqlen >= args.tutorial_fp8_min_seqlen and hd in args.tutorial_fp8_headdims
+                    measure_fp8(shape, tutorial, args.rep, row, with_tutorial_fp8)
                 print_row(shape, row)
     for kind, error in (tutorial.errors.items() if tutorial is not None else ()):
         print(f"tutorial {kind}: {error}")

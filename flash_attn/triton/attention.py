@@ -76,9 +76,12 @@ def _fp8_tile(right_window, seqlen_k):
 # window (causal) 64 x 64 with 4 warps ran 1.35x the 8-warp tile (4k causal). Backward (dK / dV:
 # BLOCK_M queries a step, BLOCK_N keys a program; dQ: BLOCK_M queries a program, BLOCK_N keys a step),
 # at 4k causal: hd 64 keeps the portable 64 x 64 tiles with 4 warps (1.13x the 8-warp 64 x 128 / 128 x
-# 64 pair first chosen by registers); hd 128 takes 128 x 32 with 8 warps for dQ (1.31x the 64 x 64
-# 8-warp one) and keeps 32 x 128 with 8 warps for dK / dV (with the 4-warp 64 x 64 for dK / dV as
-# well as for dQ the backward ran 1.12x, against 1.28x with that dQ tile alone).
+# 64 pair first chosen by registers); hd 128 took 128 x 32 with 8 warps for dQ (1.31x the 64 x 64
+# 8-warp one) and 32 x 128 with 8 warps for dK / dV (with the 4-warp 64 x 64 for dK / dV as well as
+# for dQ the backward ran 1.12x, against 1.28x with that dQ tile alone). Since session 30 hd 128
+# takes 64 x 128 for dK / dV with 128 x 64 for dQ (8 warps, 3 stages): against that pair, H200,
+# triton_tile_sweep.py, 1k / 4k / 16k keys, 1.06 / 1.13 / 1.09x non-causal, 1.01 / 1.14 / 1.11x
+# causal (NOTES.md "Triton backend (#9), session 30"). At hd 64 the same pair ran 0.85x at 4k causal.
 # Since session 24 the hd 128 forward takes 128 x 128 with 8 warps and 3 stages (96 KB of shared memory
 # on sm_90, 64 KB on sm_80 / sm_86 per Triton 3.6's offline compile): against 128 x 64, alternating in
 # one process on an H200, 1.05-1.09x non-causal and 1.01-1.07x causal at 4k / 16k (NOTES.md "Triton
@@ -99,7 +102,7 @@ NVIDIA_16BIT_FORWARD_TILES = {  # (padded head dim, right window): tile
 }
 NVIDIA_16BIT_BACKWARD_TILES = {  # padded head dim: (dK / dV tile, dQ tile)
     64: (tuning.Tile(64, 64, 4, 3), tuning.Tile(64, 64, 4, 3)),
-    128: (tuning.Tile(32, 128, 8, 3), tuning.Tile(128, 32, 8, 3)),
+    128: (tuning.Tile(64, 128, 8, 3), tuning.Tile(128, 64, 8, 3)),
     256: (tuning.Tile(64, 64, 8, 2), tuning.Tile(128, 32, 8, 2)),
 }
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
