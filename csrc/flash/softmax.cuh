@@ -11,8 +11,8 @@
 // back out of the lse (O / sum cancels it). For e4m3 P (FlashAttention 3 uses 2^8 there too): with
 // the largest probability at 1, e4m3's smallest subnormal 2^-9 is only 6.2 nats below the max, and
 // a row's long tail of smaller probabilities rounded to 0 in P.V while the row sum kept it; at 2^8
-// the tail keeps e4m3's 3-bit precision down to 2^-14 of the max (normal numbers) and is flushed
-// only below 2^-17 (11.8 nats).
+// the tail keeps e4m3's 3-bit precision down to 2^-14 of the max (normal numbers) and rounds to 0
+// only below 2^-18 (12.5 nats).
 #pragma once
 
 #include <cmath>
