@@ -1,0 +1,81 @@
+"""Kernel time against call time at the short cells of the Triton tutorial comparison (issue #9):
+for ours (the Triton backend through flash_attn_func) and Triton's fused-attention tutorial (loaded as
+triton_tutorial_peer.py loads it), bf16 / fp16 forward at 16 heads x 16k tokens, per call:
+  kernel: the GPU time of the call's kernels (torch.profiler, summed, mean over the profiled calls);
+  back-to-back: wall time of N calls issued without waiting, then one synchronize (what a host-bound
+  loop gets); do_bench: triton.testing.do_bench's median (L2 flushed between calls, as the comparison).
+If kernel is at the tutorial's level while back-to-back is not, the cell is bound by host time.
+
+    FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE python benchmarks/experiments/triton_kernel_time.py --seqlens 1024
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+from triton.testing import do_bench
+
+sys.path.insert(0, os.path.dirname(__file__))
+from triton_tutorial_peer import HEADS, TOKENS, TUTORIAL_PATH, Tutorial, keep_hopper_configs, load_tutorial  # noqa: E402
+
+from flash_attn import flash_attn_func  # noqa: E402
+
+
+def kernel_us(call, calls=20):
+    """Mean GPU time of one call's kernels, in µs."""
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    total = sum(e.self_device_time_total for e in prof.key_averages())
+    return total / calls
+
+
+def back_to_back_us(call, calls=200):
+    call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--headdims", nargs="+", type=int, default=(64, 128))
+    parser.add_argument("--seqlens", nargs="+", type=int, default=(1024,))
+    args = parser.parse_args()
+    module, error = load_tutorial(os.path.normpath(TUTORIAL_PATH))
+    if module is None:
+        print("tutorial not loaded:", error)
+    else:
+        keep_hopper_configs(module)
+    tutorial = Tutorial(module) if module is not None else None
+    print(f"{torch.cuda.get_device_name()}, 16 heads, 16k tokens, forward, µs per call")
+    print("| hd | seqlen | causal | who | kernel | back-to-back | do_bench |")
+    print("|---|---|---|---|---|---|---|")
+    for hd in args.headdims:
+        for seqlen in args.seqlens:
+            for causal in (False, True):
+                batch = TOKENS // seqlen
+                q, k, v = (torch.randn(batch, seqlen, HEADS, hd, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                calls = {"ours bf16": lambda: flash_attn_func(q, k, v, causal=causal)}
+                if tutorial is not None:
+                    tq, tk, tv = (Tutorial.layout(t.half()) for t in (q, k, v))
+                    calls["tutorial fp16"] = lambda: tutorial("fwd", tq, tk, tv, causal, hd ** -0.5)
+                for who, call in calls.items():
+                    with torch.no_grad():
+                        row = (kernel_us(call), back_to_back_us(call), do_bench(call, warmup=25, rep=100) * 1e3)
+                    print(f"| {hd} | {seqlen} | {causal} | {who} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
+    if tutorial is not None and tutorial.errors:
+        print("tutorial errors:", tutorial.errors)
+
+
+if __name__ == "__main__":
+    main()
