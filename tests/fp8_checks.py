@@ -12,7 +12,10 @@ Why RMSE and factor 2: each rounded P carries a relative error of up to 2^-4 (e4
 bits), so the output's error is a sum of many small independent terms, and its RMSE is the stable
 statistic (the maximum is an extreme of that noise). Ours rounds P against the running row maximum
 of its key block walk rather than the final one, which draws other rounding errors of the same size;
-the factor 2 is the rule's allowance for such a different order. atol_floor is the fp32 ulp of the
+the factor 2 is the rule's allowance for such a different order. Ours also scales P by 2^8, so that
+probabilities pt rounds to 0 (below 2^-10 of the row's largest) keep their relative precision:
+pt is the plain fp8 baseline, not the best fp8 attention can do (long_tail_inputs shows the
+difference). atol_floor is the fp32 ulp of the
 reference's largest value (helpers.fp32_rounding_floor), negligible next to fp8 noise. The lse does
 not depend on P's rounding: it follows the ordinary rule against the fp32 math of pt, plus, on a GPU,
 the error of the fp8 tensor cores' own accumulation (mma_allowance): Hopper adds the products of an

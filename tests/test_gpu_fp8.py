@@ -108,7 +108,9 @@ def test_fp8_scores_rising_along_the_walk(causal, cuda_test_setup):
 
 def test_fp8_keeps_a_long_tail(cuda_test_setup):
     """Rows with a peak key and a long tail of keys 8 nats below it (fp8_checks.long_tail_inputs):
-    P scaled by 2^8 (Sm90ForwardRows::kProbScaleLog2) keeps the tail in P . V; P in [0, 1] lost it."""
+    P scaled by 2^8 (Sm90ForwardRows::kProbScaleLog2) keeps the tail in P . V. (P in [0, 1], as the
+    rule's pt and the Triton kernel before the scale, loses it; this kernel before the scale was not
+    run on these inputs.)"""
     (q8, k8, v8), descales = long_tail_inputs()
     out, lse = _run_op(q8, k8, v8, descales)
     assert_long_tail_kept(out, lse, q8, k8, v8, descales)

@@ -92,8 +92,8 @@ def _below_autograd(op, *inputs):
     does itself when no input records gradients (torch._library's forward_no_grad, a redispatch
     below autograd), without that kernel's Python (75 -> 61 us for the op call on a 2-core CPU host,
     launches stubbed; not measured on a GPU host: benchmarks/NOTES.md "Triton backend (#9), session
-    29"). The call still goes through
-    the dispatcher, so dispatch modes, profilers and fake tensors see the op."""
+    29"). The call still goes through the dispatcher, so dispatch modes, profilers and fake tensors
+    see the op."""
     with torch._C._AutoDispatchBelowAutograd():
         return op(*inputs)
 
