@@ -12,13 +12,13 @@ If kernel is at the tutorial's level while back-to-back is not, the cell is boun
 import argparse
 import os
 import sys
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(__file__))
+from padded_step_profile import wall_us  # noqa: E402
 from triton_tutorial_peer import HEADS, TOKENS, TUTORIAL_PATH, Tutorial, keep_hopper_configs, load_tutorial  # noqa: E402
 
 from flash_attn import flash_attn_func  # noqa: E402
@@ -34,16 +34,6 @@ def kernel_us(call, calls=20):
         torch.cuda.synchronize()
     total = sum(e.self_device_time_total for e in prof.key_averages())
     return total / calls
-
-
-def back_to_back_us(call, calls=200):
-    call()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 def main():
@@ -71,7 +61,7 @@ def main():
                     calls["tutorial fp16"] = lambda: tutorial("fwd", tq, tk, tv, causal, hd ** -0.5)
                 for who, call in calls.items():
                     with torch.no_grad():
-                        row = (kernel_us(call), back_to_back_us(call), do_bench(call, warmup=25, rep=100) * 1e3)
+                        row = (kernel_us(call), wall_us(call, steps=200, warmup=1), do_bench(call, warmup=25, rep=100) * 1e3)
                     print(f"| {hd} | {seqlen} | {causal} | {who} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
     if tutorial is not None and tutorial.errors:
         print("tutorial errors:", tutorial.errors)
