@@ -19,7 +19,8 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(__file__))
 from padded_step_profile import wall_us  # noqa: E402
-from triton_tutorial_peer import HEADS, TOKENS, TUTORIAL_PATH, Tutorial, keep_hopper_configs, load_tutorial  # noqa: E402
+from triton_tutorial_peer import (HEADS, TOKENS, TUTORIAL_PATH, Tutorial, keep_hopper_configs,  # noqa: E402
+                                  load_tutorial)
 
 from flash_attn import flash_attn_func  # noqa: E402
 
@@ -61,7 +62,8 @@ def main():
                     calls["tutorial fp16"] = lambda: tutorial("fwd", tq, tk, tv, causal, hd ** -0.5)
                 for who, call in calls.items():
                     with torch.no_grad():
-                        row = (kernel_us(call), wall_us(call, steps=200, warmup=1), do_bench(call, warmup=25, rep=100) * 1e3)
+                        row = (kernel_us(call), wall_us(call, steps=200, warmup=1),
+                               do_bench(call, warmup=25, rep=100) * 1e3)
                     print(f"| {hd} | {seqlen} | {causal} | {who} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
     if tutorial is not None and tutorial.errors:
         print("tutorial errors:", tutorial.errors)
