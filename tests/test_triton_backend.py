@@ -23,7 +23,7 @@ from feature_checks import make_cu_seqlens
 from helpers import Results, assert_matches_reference
 
 triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
-from flash_attn.triton import poison, tuning  # noqa: E402 - after the skip above
+from flash_attn.triton import attention as triton_attention, poison, tuning  # noqa: E402 - after the skip above
 from flash_attn.triton.kernels import _full_key_blocks, _full_query_blocks, _key_range, _query_range  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -204,6 +204,51 @@ def test_walks_of_small_tiles(monkeypatch, name):
         mods.update(dropout_p=dropout_p, dropout_mask=keep)
     assert_matches_reference(Results(out, lse, *grads), q, k, v, dout, causal, headdim ** -0.5, torch.float64,
                              **mods)
+
+
+DESCRIPTOR_CASES = {  # (seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap, alibi, dropout_p)
+    "causal_gqa_padded_head": (70, 93, 4, 2, 40, True, (-1, -1), 0.0, False, 0.0),
+    "window_softcap_alibi_mqa": (33, 200, 2, 1, 128, False, (20, 5), 5.0, True, 0.0),
+    "dropout": (64, 80, 2, 2, 64, False, (-1, -1), 0.0, False, 0.17),
+}
+
+
+@pytest.mark.parametrize("name", DESCRIPTOR_CASES)
+def test_kv_descriptors_match_the_pointer_loads(monkeypatch, name):
+    """The forward's K / V loads through tensor descriptors (tuning.KV_DESCRIPTORS_VARIABLE): the same
+    output and lse as the pointer loads, bit for bit (the copy's zero rows past seqlen_k and zero
+    columns past the head dim stand in for the masked loads), and the descriptor path was taken."""
+    seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap, alibi, dropout_p = DESCRIPTOR_CASES[name]
+    batch, dtype = 2, torch.float16
+    new = lambda s, h: torch.randn(batch, s, h, headdim, device=DEVICE, dtype=dtype)  # noqa: E731
+    q, k, v = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k)
+    options = dict(window=_window(causal, window_size), softcap=softcap, alibi_slopes=_slopes(alibi, batch, nheads),
+                   dropout_p=dropout_p, rng_state=torch.tensor([1234, 5], dtype=torch.int64, device=DEVICE))
+    described = []
+    real = triton_attention._kv_descriptors
+    monkeypatch.setattr(triton_attention, "_kv_descriptors",
+                        lambda *a: described.append(real(*a)[0] is not None) or real(*a))
+    results = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, flag)
+        results.append(triton_backend.forward(q, k, v, headdim ** -0.5, **options))
+    assert described == [False, True]
+    (out, lse), (out_described, lse_described) = results
+    assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
+
+
+def test_kv_descriptors_need_addressable_tensors(monkeypatch):
+    """K or V that TMA cannot address (a row stride that is no multiple of 16 bytes here) take the
+    pointer loads, and the call still runs."""
+    monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, "1")
+    q = torch.randn(1, 16, 1, 24, device=DEVICE, dtype=torch.float16)
+    kv = torch.randn(1, 40, 2, 25, device=DEVICE, dtype=torch.float16)[..., :24]  # rows 50 bytes apart
+    k, v = kv.unbind(2)
+    k, v = k.unsqueeze(2), v.unsqueeze(2)
+    assert not triton_attention._tma_addressable(k)
+    out, _ = triton_backend.forward(q, k, v, 24 ** -0.5)
+    monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, "0")
+    assert torch.equal(out, triton_backend.forward(q, k, v, 24 ** -0.5)[0])
 
 
 def test_offsets_past_int32_are_refused():

@@ -12,8 +12,11 @@ Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported). Tested
 against fp64, fp16, fp8) and on an H100 (tests/test_triton_*.py; README says which cases ran where).
 """
 
+import os
+
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import dropout as dropout_lib
 from ..ops import FP8_OUT_DTYPE
@@ -143,6 +146,30 @@ def _backward_launches(block_d, dtype, device):
     return tuple(_launch_options(tuning.tile_from_environment(variable, None if nvidia is None else nvidia[i]),
                                  block_d)
                  for i, variable in enumerate((tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE)))
+
+
+def _kv_descriptors(k, v, pr, launch, fp8):
+    """Tensor descriptors (triton.tools.tensor_descriptor) of k and v as (batch, seqlen_k, heads_k,
+    headdim) with blocks of one head's launch["BLOCK_N"] keys, for the forward's KV_DESCRIPTORS path,
+    or (None, None). Only where tuning.KV_DESCRIPTORS_VARIABLE asks for it, for dense 16-bit calls
+    with the host's fixed tile (an autotuned launch picks BLOCK_N after the descriptors exist), and
+    where TMA can address the tensors: 16-byte aligned base, the head dim contiguous, every other
+    stride a positive multiple of 16 bytes. The copy reads rows past seqlen_k and columns past the
+    head dim as zeros, as the pointer path's masked loads do."""
+    wanted = os.environ.get(tuning.KV_DESCRIPTORS_VARIABLE, "") == "1"
+    if not wanted or fp8 or pr.varlen or pr.dtype not in SIXTEEN_BIT or tuning.enabled():
+        return None, None
+    if not all(_tma_addressable(t) for t in (k, v)):
+        return None, None
+    block = [1, launch["BLOCK_N"], 1, pr.block_d]
+    return tuple(TensorDescriptor(t, list(t.shape), list(t.stride()), block) for t in (k, v))
+
+
+def _tma_addressable(t):
+    """Whether a TMA descriptor can address t (TensorDescriptor's own conditions, checked before
+    building one so that a call that fails them takes the pointer path instead of an assertion)."""
+    row_bytes = [stride * t.element_size() for stride in t.stride()[:-1]]
+    return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(b > 0 and b % 16 == 0 for b in row_bytes))
 
 
 def _dot_precision(dtype):
@@ -318,11 +345,13 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
     if fp8:
         v = keys_contiguous(v)
     launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=pr.right >= 0, seqlen_k=pr.seqlen_k)
+    k_desc, v_desc = _kv_descriptors(k, v, pr, launch, fp8)
     _forward_kernel(
-        pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, pr.rng_state, descales, *pr.strides(q),
-        *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out), *pr.vector_strides(lse), slope_stride,
-        *(descales.stride()[:2] if fp8 else (0, 0)), *pr.tail_args(softmax_scale), IS_FP8=fp8,
-        INTERPRETER_ROUNDING=fp8 and tuning.interpreting(), **pr.meta(launch), fixed_blocks=launch)
+        pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, pr.rng_state, descales, k_desc, v_desc,
+        *pr.strides(q), *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out), *pr.vector_strides(lse),
+        slope_stride, *(descales.stride()[:2] if fp8 else (0, 0)), *pr.tail_args(softmax_scale), IS_FP8=fp8,
+        INTERPRETER_ROUNDING=fp8 and tuning.interpreting(), KV_DESCRIPTORS=k_desc is not None, **pr.meta(launch),
+        fixed_blocks=launch)
     return out, lse
 
 
