@@ -215,19 +215,18 @@ DESCRIPTOR_CASES = {  # (seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, 
 
 @pytest.mark.parametrize("name", DESCRIPTOR_CASES)
 def test_kv_descriptors_match_the_pointer_loads(monkeypatch, name):
-    """The forward's K / V loads through tensor descriptors (tuning.KV_DESCRIPTORS_VARIABLE): the same
-    output and lse as the pointer loads, bit for bit (the copy's zero rows past seqlen_k and zero
-    columns past the head dim stand in for the masked loads), and the descriptor path was taken."""
-    seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap, alibi, dropout_p = DESCRIPTOR_CASES[name]
+    """The forward's K / V loads through tensor descriptors made on the device
+    (tuning.KV_DESCRIPTORS_VARIABLE): the same output and lse as the pointer loads, bit for bit (the
+    copy's zero rows past seqlen_k and zero columns past the head dim stand in for the masked loads),
+    and the descriptor path was taken."""
+    case = DESCRIPTOR_CASES[name]
+    seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap, alibi, dropout_p = case
     batch, dtype = 2, torch.float16
     new = lambda s, h: torch.randn(batch, s, h, headdim, device=DEVICE, dtype=dtype)  # noqa: E731
     q, k, v = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k)
     options = dict(window=_window(causal, window_size), softcap=softcap, alibi_slopes=_slopes(alibi, batch, nheads),
                    dropout_p=dropout_p, rng_state=torch.tensor([1234, 5], dtype=torch.int64, device=DEVICE))
-    described = []
-    real = triton_attention._kv_descriptors
-    monkeypatch.setattr(triton_attention, "_kv_descriptors",
-                        lambda *a: described.append(real(*a)[0] is not None) or real(*a))
+    described = _recorded_kv_described(monkeypatch)
     results = []
     for flag in ("0", "1"):
         monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, flag)
@@ -249,6 +248,35 @@ def test_kv_descriptors_need_addressable_tensors(monkeypatch):
     out, _ = triton_backend.forward(q, k, v, 24 ** -0.5)
     monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, "0")
     assert torch.equal(out, triton_backend.forward(q, k, v, 24 ** -0.5)[0])
+
+
+def test_kv_descriptors_in_varlen_calls(monkeypatch):
+    """Packed sequences through the device-made descriptors: each sequence's descriptor starts at its
+    own first key (lengths 0 and 1 among them, GQA), and out and lse equal the pointer loads' bit
+    for bit, rows of no sequence included."""
+    lengths_q, lengths_k = [0, 1, 37, 130, 5], [3, 1, 50, 100, 0]
+    nheads, nheads_k, headdim, dtype = 4, 2, 64, torch.bfloat16
+    new = lambda s, h: torch.randn(s, h, headdim, dtype=dtype, device=DEVICE)  # noqa: E731
+    q, k, v = new(sum(lengths_q) + 3, nheads), new(sum(lengths_k), nheads_k), new(sum(lengths_k), nheads_k)
+    options = dict(window=(-1, 0), cu_seqlens_q=make_cu_seqlens(lengths_q, DEVICE),
+                   cu_seqlens_k=make_cu_seqlens(lengths_k, DEVICE), max_seqlen_q=130, max_seqlen_k=100)
+    described = _recorded_kv_described(monkeypatch)
+    results = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, flag)
+        results.append(triton_backend.forward(q, k, v, headdim ** -0.5, **options))
+    assert described == [False, True]
+    (out, lse), (out_described, lse_described) = results
+    assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
+
+
+def _recorded_kv_described(monkeypatch):
+    """A list to which each forward call appends whether it took the descriptor path."""
+    described = []
+    real = triton_attention._kv_described
+    monkeypatch.setattr(triton_attention, "_kv_described",
+                        lambda *a, **kw: described.append(real(*a, **kw)) or described[-1])
+    return described
 
 
 def test_offsets_past_int32_are_refused():

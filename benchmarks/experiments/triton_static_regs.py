@@ -10,8 +10,8 @@ register counts decide occupancy, not speed. Runs on a CPU-only machine (no TRIT
 Features: plain (non-causal, key length a multiple of 128: one whole-block walk), causal (the masked
 diagonal walk too), local (both masked walks), softcap, alibi, dropout, varlen, padded (the head dim
 below its block, as hd 96 in a block of 128: the loads' head-dim masks), fp8 (forward only), descriptors
-(forward only: causal, with K and V through tensor descriptors, attention._kv_descriptors). Each row: the compiled
-kernel's registers per thread, stack (spill) bytes, and shared memory.
+(forward only: causal, with K and V through tensor descriptors made in the kernel, attention._kv_described).
+Each row: the compiled kernel's registers per thread, stack (spill) bytes, and shared memory.
 """
 
 import argparse
@@ -57,14 +57,10 @@ def compile_one(name, dtype_name, block_d, tile, feature, arch):
     described = feature == "descriptors"
     if name == "forward":
         constexprs.update(IS_FP8=dtype_name == "fp8", INTERPRETER_ROUNDING=False, KV_DESCRIPTORS=described)
-        if not described:
-            constexprs.update(KDesc=None, VDesc=None)
     signature, attrs = {}, {}
     for index, arg in enumerate(fn.arg_names):
         if arg in constexprs:
             signature[arg] = "constexpr"
-        elif arg in ("KDesc", "VDesc"):
-            signature[arg] = f"tensordesc<{element}[1, {tile['BLOCK_N']}, 1, {block_d}]>"
         elif arg == "stride_vd" and dtype_name != "fp8":  # 1, which Triton specializes
             signature[arg], constexprs[arg] = "constexpr", 1
         elif arg in POINTERS:

@@ -350,29 +350,30 @@ def _key_block(base, cols, len_k, dims, headdim, stride_s, stride_d, MASKED: tl.
 
 
 @triton.jit
-def _described_key_block(desc, batch, n0, kv_head, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """The (BLOCK_N, BLOCK_D) block of keys from n0 of one head through a tensor descriptor of the
-    (batch, seqlen_k, heads_k, headdim) tensor (attention._kv_descriptors): on Hopper a TMA copy,
-    with the rows past the sequence and the columns past the head dim read as 0 by the copy itself,
-    so the block needs no pointer tensor and no mask."""
-    return desc.load([batch, n0, kv_head, 0]).reshape(BLOCK_N, BLOCK_D)
+def _key_descriptor(base, len_k, headdim, stride_s, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A tensor descriptor, made on the device, of one head's (len_k, headdim) keys or values from
+    base (row stride stride_s, the head dim contiguous) in blocks of (BLOCK_N, BLOCK_D): on Hopper
+    its loads are TMA copies, which read the rows past len_k and the columns past headdim as 0
+    themselves, so a block needs no pointer tensor and no mask. The host takes this path only where
+    TMA can address the tensor (attention._kv_described)."""
+    return tl.make_tensor_descriptor(base, [len_k, headdim], [stride_s, 1], [BLOCK_N, BLOCK_D])
 
 
 @triton.jit
 def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, len_q, len_k, stride_ks, stride_vs,
             stride_vd, score_scale, scale_log2, softcap, slope, left, right, Rng, batch, heads, head, keep_threshold,
-            KDesc, VDesc, kv_head, BLOCK_N: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-            HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr,
-            MASKED: tl.constexpr, PAD_D: tl.constexpr, P_SCALE_LOG2: tl.constexpr, KV_DESCRIPTORS: tl.constexpr):
+            BLOCK_N: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+            DOT_PRECISION: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr, PAD_D: tl.constexpr,
+            P_SCALE_LOG2: tl.constexpr, KV_DESCRIPTORS: tl.constexpr):
     """The forward's walk over the key blocks [start, stop) (multiples of BLOCK_N): returns acc, m_i,
     l_i updated. MASKED False: every key of every block is visible (_full_key_blocks). P_SCALE_LOG2:
-    _online_softmax's scale of p. KV_DESCRIPTORS: K and V blocks through KDesc / VDesc
-    (_described_key_block) instead of pointers from K_head / V_head."""
+    _online_softmax's scale of p. KV_DESCRIPTORS: K_head and V_head are tensor descriptors
+    (_key_descriptor), not pointers."""
     for n0 in range(start, stop, BLOCK_N):
         cols = _block_indices(n0, BLOCK_N)
         if KV_DESCRIPTORS:
-            k = _described_key_block(KDesc, batch, n0, kv_head, BLOCK_N, q.shape[1])
-            v = _described_key_block(VDesc, batch, n0, kv_head, BLOCK_N, q.shape[1])
+            k = K_head.load([n0, 0])
+            v = V_head.load([n0, 0])
         else:
             k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED, PAD_D)
             v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, stride_vd, MASKED, PAD_D)
@@ -393,7 +394,7 @@ def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, 
 
 @triton.jit
 def attention_forward_kernel(
-        Q, K, V, Out, Lse, CuQ, CuK, Slopes, Rng, Descales, KDesc, VDesc,
+        Q, K, V, Out, Lse, CuQ, CuK, Slopes, Rng, Descales,
         stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_vd,
         stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_slope_b, stride_descale_t, stride_descale_b,
         seqlen_q, seqlen_k, total_q, total_k, group, headdim, scale, softcap, left, right, heads, keep_threshold,
@@ -403,8 +404,8 @@ def attention_forward_kernel(
         INTERPRETER_ROUNDING: tl.constexpr, KV_DESCRIPTORS: tl.constexpr):
     """Out and Lse of one query block. IS_FP8: q, k, v are e4m3 with the descales of Descales
     (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16). KV_DESCRIPTORS:
-    K and V blocks come through the tensor descriptors KDesc / VDesc (attention._kv_descriptors;
-    dense 16-bit calls only), else (KDesc / VDesc unread) through pointers.
+    K and V blocks come through tensor descriptors made here (_key_descriptor; 16-bit calls whose k
+    and v TMA can address, attention._kv_described), else through pointers.
 
     The key walk runs in up to three loops (_full_key_blocks): masked blocks before and after the
     ones every query sees whole, which skip the mask. The host compiles the masked loops only where
@@ -430,6 +431,9 @@ def attention_forward_kernel(
                                                       scale, keep_scale)
         K_head = K + batch * stride_kb + k_first * stride_ks + kv_head * stride_kh
         V_head = V + batch * stride_vb + k_first * stride_vs + kv_head * stride_vh
+        if KV_DESCRIPTORS:
+            K_head = _key_descriptor(K_head, len_k, headdim, stride_ks, BLOCK_N, BLOCK_D)
+            V_head = _key_descriptor(V_head, len_k, headdim, stride_vs, BLOCK_N, BLOCK_D)
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_M,), tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
@@ -441,10 +445,9 @@ def attention_forward_kernel(
                 start, stop = _walk_part(part, lo, full_lo, full_hi, hi)
                 acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, len_q,
                                         len_k, stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope,
-                                        left, right, Rng, batch, heads, head, keep_threshold, KDesc, VDesc, kv_head,
-                                        BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION,
-                                        INTERPRETER_ROUNDING, part != 1, PAD_D, E4M3_P_SCALE_LOG2 if IS_FP8 else 0,
-                                        KV_DESCRIPTORS)
+                                        left, right, Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP,
+                                        HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION, INTERPRETER_ROUNDING, part != 1, PAD_D,
+                                        E4M3_P_SCALE_LOG2 if IS_FP8 else 0, KV_DESCRIPTORS)
         out, lse = _normalized_rows(acc, m_i, l_i, out_scale, E4M3_P_SCALE_LOG2 if IS_FP8 else 0)
         out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
                                            stride_oh, PAD_D)

@@ -40,9 +40,9 @@ FP8_FORWARD_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_FP8_FORWARD_TILE"
 # program) and dQ (BLOCK_M queries per program, BLOCK_N keys per step).
 DKDV_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DKDV_TILE"
 DQ_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DQ_TILE"
-# "1": the forward loads K and V through tensor descriptors (TMA on Hopper) where the call allows it
-# (attention._kv_descriptors); unset or anything else, through pointers. An experiment switch, read
-# per call: the descriptor path has not been timed on a GPU (benchmarks/NOTES.md v35).
+# The forward's K / V loads through tensor descriptors made in the kernel (TMA on Hopper): "1" where
+# the call allows it (attention._kv_described), "0" never; unset, where the host's table
+# (attention.NVIDIA_16BIT_KV_DESCRIPTORS) chooses them. Read per call, for A/B runs.
 KV_DESCRIPTORS_VARIABLE = "FLASH_ATTENTION_TRITON_KV_DESCRIPTORS"
 
 # A tile is tried when each of its row blocks times the padded head dim stays within this many
