@@ -270,6 +270,19 @@ def test_kv_descriptors_in_varlen_calls(monkeypatch):
     assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
 
 
+@pytest.mark.skipif(DEVICE != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability()[0] < 9,
+                    reason="the descriptor defaults are for NVIDIA GPUs with TMA")
+def test_kv_descriptors_by_default_at_hd128(monkeypatch):
+    """Without the variable, the host's table (NVIDIA_16BIT_KV_DESCRIPTORS) chooses: descriptors at
+    head dim 128, causal or not, pointers at 64 and 256."""
+    monkeypatch.delenv(tuning.KV_DESCRIPTORS_VARIABLE, raising=False)
+    described = _recorded_kv_described(monkeypatch)
+    for headdim, causal in ((128, False), (128, True), (64, True), (256, False)):
+        q, k, v = (torch.randn(1, 128, 2, headdim, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
+        triton_backend.forward(q, k, v, headdim ** -0.5, window=(-1, 0) if causal else (-1, -1))
+    assert described == [True, True, False, False]
+
+
 def _recorded_kv_described(monkeypatch):
     """A list to which each forward call appends whether it took the descriptor path."""
     described = []

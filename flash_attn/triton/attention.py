@@ -111,12 +111,13 @@ NVIDIA_16BIT_BACKWARD_TILES = {  # padded head dim: (dK / dV tile, dQ tile)
 }
 # K / V through tensor descriptors made in the forward kernel (kernels._key_descriptor; TMA copies)
 # on Hopper and later, by (padded head dim, right window). At hd 128 the pointer loads' address
-# tensors cost 36-44 registers a thread (Triton 3.9 for sm_90); with descriptors the hd 128 kernel
-# ran 7-9% faster non-causal and 15-17% causal at 1k-16k (H200, Triton 3.6, benchmarks/NOTES.md
-# v36). At hd 64 descriptors gained 8-10% causal but lost 2-5% non-causal.
+# tensors cost 36-44 registers a thread (Triton 3.9 for sm_90: 255 + 8 B of stack -> 213 at 128 x 128
+# causal); there the descriptors took 3% / 8% of the kernel time at 1k (non-causal / causal) and
+# 10-16% at 4k / 16k (H200, Triton 3.6, benchmarks/NOTES.md v36). At hd 64 they cost 4-5% at 1k and
+# gained 0-4% from 4k; at hd 256 -2% to +4%: both keep the pointer loads.
 NVIDIA_16BIT_KV_DESCRIPTORS = {
     (64, False): False,
-    (64, True): True,
+    (64, True): False,
     (128, False): True,
     (128, True): True,
     (256, False): False,
