@@ -23,7 +23,7 @@ from feature_checks import make_cu_seqlens
 from helpers import Results, assert_matches_reference
 
 triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
-from flash_attn.triton import poison, tuning  # noqa: E402 - after the skip above
+from flash_attn.triton import attention as triton_attention, poison, tuning  # noqa: E402 - after the skip above
 from flash_attn.triton.kernels import _full_key_blocks, _full_query_blocks, _key_range, _query_range  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -204,6 +204,92 @@ def test_walks_of_small_tiles(monkeypatch, name):
         mods.update(dropout_p=dropout_p, dropout_mask=keep)
     assert_matches_reference(Results(out, lse, *grads), q, k, v, dout, causal, headdim ** -0.5, torch.float64,
                              **mods)
+
+
+DESCRIPTOR_CASES = {  # (seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap, alibi, dropout_p)
+    "causal_gqa_padded_head": (70, 93, 4, 2, 40, True, (-1, -1), 0.0, False, 0.0),
+    "window_softcap_alibi_mqa": (33, 200, 2, 1, 128, False, (20, 5), 5.0, True, 0.0),
+    "dropout": (64, 80, 2, 2, 64, False, (-1, -1), 0.0, False, 0.17),
+}
+
+
+@pytest.mark.parametrize("name", DESCRIPTOR_CASES)
+def test_kv_descriptors_match_the_pointer_loads(monkeypatch, name):
+    """The forward's K / V loads through tensor descriptors made on the device
+    (tuning.KV_DESCRIPTORS_VARIABLE): the same output and lse as the pointer loads, bit for bit (the
+    copy's zero rows past seqlen_k and zero columns past the head dim stand in for the masked loads),
+    and the descriptor path was taken."""
+    case = DESCRIPTOR_CASES[name]
+    seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap, alibi, dropout_p = case
+    batch, dtype = 2, torch.float16
+    new = lambda s, h: torch.randn(batch, s, h, headdim, device=DEVICE, dtype=dtype)  # noqa: E731
+    q, k, v = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k)
+    options = dict(window=_window(causal, window_size), softcap=softcap, alibi_slopes=_slopes(alibi, batch, nheads),
+                   dropout_p=dropout_p, rng_state=torch.tensor([1234, 5], dtype=torch.int64, device=DEVICE))
+    described = _recorded_kv_described(monkeypatch)
+    results = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, flag)
+        results.append(triton_backend.forward(q, k, v, headdim ** -0.5, **options))
+    assert described == [False, True]
+    (out, lse), (out_described, lse_described) = results
+    assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
+
+
+def test_kv_descriptors_need_addressable_tensors(monkeypatch):
+    """K or V that TMA cannot address (a row stride that is no multiple of 16 bytes here) take the
+    pointer loads, and the call still runs."""
+    monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, "1")
+    q = torch.randn(1, 16, 1, 24, device=DEVICE, dtype=torch.float16)
+    kv = torch.randn(1, 40, 2, 25, device=DEVICE, dtype=torch.float16)[..., :24]  # rows 50 bytes apart
+    k, v = kv.unbind(2)
+    k, v = k.unsqueeze(2), v.unsqueeze(2)
+    assert not triton_attention._tma_addressable(k)
+    out, _ = triton_backend.forward(q, k, v, 24 ** -0.5)
+    monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, "0")
+    assert torch.equal(out, triton_backend.forward(q, k, v, 24 ** -0.5)[0])
+
+
+def test_kv_descriptors_in_varlen_calls(monkeypatch):
+    """Packed sequences through the device-made descriptors: each sequence's descriptor starts at its
+    own first key (lengths 0 and 1 among them, GQA), and out and lse equal the pointer loads' bit
+    for bit, rows of no sequence included."""
+    lengths_q, lengths_k = [0, 1, 37, 130, 5], [3, 1, 50, 100, 0]
+    nheads, nheads_k, headdim, dtype = 4, 2, 64, torch.bfloat16
+    new = lambda s, h: torch.randn(s, h, headdim, dtype=dtype, device=DEVICE)  # noqa: E731
+    q, k, v = new(sum(lengths_q) + 3, nheads), new(sum(lengths_k), nheads_k), new(sum(lengths_k), nheads_k)
+    options = dict(window=(-1, 0), cu_seqlens_q=make_cu_seqlens(lengths_q, DEVICE),
+                   cu_seqlens_k=make_cu_seqlens(lengths_k, DEVICE), max_seqlen_q=130, max_seqlen_k=100)
+    described = _recorded_kv_described(monkeypatch)
+    results = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, flag)
+        results.append(triton_backend.forward(q, k, v, headdim ** -0.5, **options))
+    assert described == [False, True]
+    (out, lse), (out_described, lse_described) = results
+    assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
+
+
+@pytest.mark.skipif(DEVICE != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability()[0] < 9,
+                    reason="the descriptor defaults are for NVIDIA GPUs with TMA")
+def test_kv_descriptors_by_default_at_hd128(monkeypatch):
+    """Without the variable, the host's table (NVIDIA_16BIT_KV_DESCRIPTORS) chooses: descriptors at
+    head dim 128, causal or not, pointers at 64 and 256."""
+    monkeypatch.delenv(tuning.KV_DESCRIPTORS_VARIABLE, raising=False)
+    described = _recorded_kv_described(monkeypatch)
+    for headdim, causal in ((128, False), (128, True), (64, True), (256, False)):
+        q, k, v = (torch.randn(1, 128, 2, headdim, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
+        triton_backend.forward(q, k, v, headdim ** -0.5, window=(-1, 0) if causal else (-1, -1))
+    assert described == [True, True, False, False]
+
+
+def _recorded_kv_described(monkeypatch):
+    """A list to which each forward call appends whether it took the descriptor path."""
+    described = []
+    real = triton_attention._kv_described
+    monkeypatch.setattr(triton_attention, "_kv_described",
+                        lambda *a, **kw: described.append(real(*a, **kw)) or described[-1])
+    return described
 
 
 def test_offsets_past_int32_are_refused():

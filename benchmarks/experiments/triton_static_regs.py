@@ -9,8 +9,9 @@ register counts decide occupancy, not speed. Runs on a CPU-only machine (no TRIT
 
 Features: plain (non-causal, key length a multiple of 128: one whole-block walk), causal (the masked
 diagonal walk too), local (both masked walks), softcap, alibi, dropout, varlen, padded (the head dim
-below its block, as hd 96 in a block of 128: the loads' head-dim masks), fp8 (forward only). Each row: the compiled
-kernel's registers per thread, stack (spill) bytes, and shared memory.
+below its block, as hd 96 in a block of 128: the loads' head-dim masks), fp8 (forward only), descriptors
+(forward only: causal, with K and V through tensor descriptors made in the kernel, attention._kv_described).
+Each row: the compiled kernel's registers per thread, stack (spill) bytes, and shared memory.
 """
 
 import argparse
@@ -41,7 +42,7 @@ def flags(feature):
     """The constexpr flags of a feature (see the docstring)."""
     flags = dict(VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_DROPOUT=False, PAD_D=False, CLIP_LEFT=False,
                  CLIP_RIGHT=True)
-    flags.update({"plain": dict(CLIP_RIGHT=False), "causal": {}, "local": dict(CLIP_LEFT=True),
+    flags.update({"plain": dict(CLIP_RIGHT=False), "causal": {}, "local": dict(CLIP_LEFT=True), "descriptors": {},
                   "softcap": dict(HAS_SOFTCAP=True), "alibi": dict(HAS_ALIBI=True), "dropout": dict(HAS_DROPOUT=True),
                   "varlen": dict(VARLEN=True), "padded": dict(PAD_D=True), "fp8": {}}[feature])
     return flags
@@ -53,8 +54,9 @@ def compile_one(name, dtype_name, block_d, tile, feature, arch):
     element = TRITON_TYPES[dtype_name]
     constexprs = dict(BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"], BLOCK_D=block_d,
                       DOT_PRECISION="ieee" if dtype_name == "fp32" else "tf32", **flags(feature))
+    described = feature == "descriptors"
     if name == "forward":
-        constexprs.update(IS_FP8=dtype_name == "fp8", INTERPRETER_ROUNDING=False)
+        constexprs.update(IS_FP8=dtype_name == "fp8", INTERPRETER_ROUNDING=False, KV_DESCRIPTORS=described)
     signature, attrs = {}, {}
     for index, arg in enumerate(fn.arg_names):
         if arg in constexprs:

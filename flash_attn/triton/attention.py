@@ -12,12 +12,16 @@ Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported). Tested
 against fp64, fp16, fp8) and on an H100 (tests/test_triton_*.py; README says which cases ran where).
 """
 
+import functools
+import os
+
 import torch
 import triton
 
 from .. import dropout as dropout_lib
 from ..ops import FP8_OUT_DTYPE
 from . import fp8_kernels, kernels, poison, tuning
+from .scratch import launch_with_scratch
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FP8_DTYPE = torch.float8_e4m3fn
@@ -105,6 +109,20 @@ NVIDIA_16BIT_BACKWARD_TILES = {  # padded head dim: (dK / dV tile, dQ tile)
     128: (tuning.Tile(64, 128, 8, 3), tuning.Tile(128, 64, 8, 3)),
     256: (tuning.Tile(64, 64, 8, 2), tuning.Tile(128, 32, 8, 2)),
 }
+# K / V through tensor descriptors made in the forward kernel (kernels._key_descriptor; TMA copies)
+# on Hopper and later, by (padded head dim, right window). At hd 128 the pointer loads' address
+# tensors cost 36-44 registers a thread (Triton 3.9 for sm_90: 255 + 8 B of stack -> 213 at 128 x 128
+# causal); there the descriptors took 3% / 8% of the kernel time at 1k (non-causal / causal) and
+# 10-16% at 4k / 16k (H200, Triton 3.6, benchmarks/NOTES.md v36). At hd 64 they cost 4-5% at 1k and
+# gained 0-4% from 4k; at hd 256 -2% to +4%: both keep the pointer loads.
+NVIDIA_16BIT_KV_DESCRIPTORS = {
+    (64, False): False,
+    (64, True): False,
+    (128, False): True,
+    (128, True): True,
+    (256, False): False,
+    (256, True): False,
+}
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
@@ -143,6 +161,34 @@ def _backward_launches(block_d, dtype, device):
     return tuple(_launch_options(tuning.tile_from_environment(variable, None if nvidia is None else nvidia[i]),
                                  block_d)
                  for i, variable in enumerate((tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE)))
+
+
+def _kv_described(k, v, pr, fp8, right_window):
+    """Whether the forward loads K and V through tensor descriptors made on the device
+    (kernels._key_descriptor): as tuning.KV_DESCRIPTORS_VARIABLE says, else where
+    NVIDIA_16BIT_KV_DESCRIPTORS does on a GPU with TMA; only for 16-bit calls (the fp8 path lays V out
+    for its own loads) whose k and v TMA can address from every head's and sequence's first row."""
+    if fp8 or pr.dtype not in SIXTEEN_BIT or not all(_tma_addressable(t) for t in (k, v)):
+        return False
+    setting = os.environ.get(tuning.KV_DESCRIPTORS_VARIABLE)
+    if setting is not None:
+        return setting == "1"
+    return (_has_tma(k.device) and _nvidia_16bit(pr.dtype, k.device)
+            and NVIDIA_16BIT_KV_DESCRIPTORS.get((max(64, pr.block_d), right_window), False))
+
+
+@functools.lru_cache(maxsize=None)
+def _has_tma(device):
+    """Whether the CUDA device copies with TMA (compute capability 9.0 and later)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _tma_addressable(t):
+    """Whether a TMA descriptor can address t from the first row of any head and sequence: a
+    16-byte aligned base, the head dim contiguous, every other stride a positive multiple of 16
+    bytes (a device-made descriptor is not checked, so a call that fails this takes the pointers)."""
+    row_bytes = [stride * t.element_size() for stride in t.stride()[:-1]]
+    return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(b > 0 and b % 16 == 0 for b in row_bytes))
 
 
 def _dot_precision(dtype):
@@ -318,11 +364,13 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
     if fp8:
         v = keys_contiguous(v)
     launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=pr.right >= 0, seqlen_k=pr.seqlen_k)
-    _forward_kernel(
-        pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes, pr.rng_state, descales, *pr.strides(q),
-        *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out), *pr.vector_strides(lse), slope_stride,
-        *(descales.stride()[:2] if fp8 else (0, 0)), *pr.tail_args(softmax_scale), IS_FP8=fp8,
-        INTERPRETER_ROUNDING=fp8 and tuning.interpreting(), **pr.meta(launch), fixed_blocks=launch)
+    described = _kv_described(k, v, pr, fp8, right_window=pr.right >= 0)
+    launch_with_scratch(
+        described, _forward_kernel, q.device, pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes,
+        pr.rng_state, descales, *pr.strides(q), *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out),
+        *pr.vector_strides(lse), slope_stride, *(descales.stride()[:2] if fp8 else (0, 0)),
+        *pr.tail_args(softmax_scale), IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
+        KV_DESCRIPTORS=described, **pr.meta(launch), fixed_blocks=launch)
     return out, lse
 
 

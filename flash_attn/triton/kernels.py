@@ -350,18 +350,33 @@ def _key_block(base, cols, len_k, dims, headdim, stride_s, stride_d, MASKED: tl.
 
 
 @triton.jit
+def _key_descriptor(base, len_k, headdim, stride_s, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A tensor descriptor, made on the device, of one head's (len_k, headdim) keys or values from
+    base (row stride stride_s, the head dim contiguous) in blocks of (BLOCK_N, BLOCK_D): on Hopper
+    its loads are TMA copies, which read the rows past len_k and the columns past headdim as 0
+    themselves, so a block needs no pointer tensor and no mask. The host takes this path only where
+    TMA can address the tensor (attention._kv_described)."""
+    return tl.make_tensor_descriptor(base, [len_k, headdim], [stride_s, 1], [BLOCK_N, BLOCK_D])
+
+
+@triton.jit
 def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, len_q, len_k, stride_ks, stride_vs,
             stride_vd, score_scale, scale_log2, softcap, slope, left, right, Rng, batch, heads, head, keep_threshold,
             BLOCK_N: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-            DOT_PRECISION: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr,
-            PAD_D: tl.constexpr, P_SCALE_LOG2: tl.constexpr):
+            DOT_PRECISION: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr, PAD_D: tl.constexpr,
+            P_SCALE_LOG2: tl.constexpr, KV_DESCRIPTORS: tl.constexpr):
     """The forward's walk over the key blocks [start, stop) (multiples of BLOCK_N): returns acc, m_i,
     l_i updated. MASKED False: every key of every block is visible (_full_key_blocks). P_SCALE_LOG2:
-    _online_softmax's scale of p."""
+    _online_softmax's scale of p. KV_DESCRIPTORS: K_head and V_head are tensor descriptors
+    (_key_descriptor), not pointers."""
     for n0 in range(start, stop, BLOCK_N):
         cols = _block_indices(n0, BLOCK_N)
-        k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED, PAD_D)
-        v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, stride_vd, MASKED, PAD_D)
+        if KV_DESCRIPTORS:
+            k = K_head.load([n0, 0])
+            v = V_head.load([n0, 0])
+        else:
+            k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED, PAD_D)
+            v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, stride_vd, MASKED, PAD_D)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if HAS_SOFTCAP or HAS_ALIBI:
             s, _ = _final_scores(qk, rows[:, None], cols[None, :], len_q, len_k, score_scale, softcap, slope, left,
@@ -386,9 +401,11 @@ def attention_forward_kernel(
         keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
         HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
         PAD_D: tl.constexpr, CLIP_LEFT: tl.constexpr, CLIP_RIGHT: tl.constexpr, IS_FP8: tl.constexpr,
-        INTERPRETER_ROUNDING: tl.constexpr):
+        INTERPRETER_ROUNDING: tl.constexpr, KV_DESCRIPTORS: tl.constexpr):
     """Out and Lse of one query block. IS_FP8: q, k, v are e4m3 with the descales of Descales
-    (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16).
+    (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16). KV_DESCRIPTORS:
+    K and V blocks come through tensor descriptors made here (_key_descriptor; 16-bit calls whose k
+    and v TMA can address, attention._kv_described), else through pointers.
 
     The key walk runs in up to three loops (_full_key_blocks): masked blocks before and after the
     ones every query sees whole, which skip the mask. The host compiles the masked loops only where
@@ -414,6 +431,9 @@ def attention_forward_kernel(
                                                       scale, keep_scale)
         K_head = K + batch * stride_kb + k_first * stride_ks + kv_head * stride_kh
         V_head = V + batch * stride_vb + k_first * stride_vs + kv_head * stride_vh
+        if KV_DESCRIPTORS:
+            K_head = _key_descriptor(K_head, len_k, headdim, stride_ks, BLOCK_N, BLOCK_D)
+            V_head = _key_descriptor(V_head, len_k, headdim, stride_vs, BLOCK_N, BLOCK_D)
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_M,), tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
@@ -427,7 +447,7 @@ def attention_forward_kernel(
                                         len_k, stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope,
                                         left, right, Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP,
                                         HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION, INTERPRETER_ROUNDING, part != 1, PAD_D,
-                                        E4M3_P_SCALE_LOG2 if IS_FP8 else 0)
+                                        E4M3_P_SCALE_LOG2 if IS_FP8 else 0, KV_DESCRIPTORS)
         out, lse = _normalized_rows(acc, m_i, l_i, out_scale, E4M3_P_SCALE_LOG2 if IS_FP8 else 0)
         out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
                                            stride_oh, PAD_D)

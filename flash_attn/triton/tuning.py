@@ -40,6 +40,10 @@ FP8_FORWARD_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_FP8_FORWARD_TILE"
 # program) and dQ (BLOCK_M queries per program, BLOCK_N keys per step).
 DKDV_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DKDV_TILE"
 DQ_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DQ_TILE"
+# The forward's K / V loads through tensor descriptors made in the kernel (TMA on Hopper): "1" where
+# the call allows it (attention._kv_described), "0" never; unset, where the host's table
+# (attention.NVIDIA_16BIT_KV_DESCRIPTORS) chooses them. Read per call, for A/B runs.
+KV_DESCRIPTORS_VARIABLE = "FLASH_ATTENTION_TRITON_KV_DESCRIPTORS"
 
 # A tile is tried when each of its row blocks times the padded head dim stays within this many
 # elements (128 x 128): larger fp32 accumulators are expected to spill. An unmeasured guess, which
