@@ -226,14 +226,7 @@ def test_kv_descriptors_match_the_pointer_loads(monkeypatch, name):
     q, k, v = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k)
     options = dict(window=_window(causal, window_size), softcap=softcap, alibi_slopes=_slopes(alibi, batch, nheads),
                    dropout_p=dropout_p, rng_state=torch.tensor([1234, 5], dtype=torch.int64, device=DEVICE))
-    described = _recorded_kv_described(monkeypatch)
-    results = []
-    for flag in ("0", "1"):
-        monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, flag)
-        results.append(triton_backend.forward(q, k, v, headdim ** -0.5, **options))
-    assert described == [False, True]
-    (out, lse), (out_described, lse_described) = results
-    assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
+    _assert_descriptors_match_pointers(monkeypatch, q, k, v, headdim ** -0.5, **options)
 
 
 def test_kv_descriptors_need_addressable_tensors(monkeypatch):
@@ -260,14 +253,7 @@ def test_kv_descriptors_in_varlen_calls(monkeypatch):
     q, k, v = new(sum(lengths_q) + 3, nheads), new(sum(lengths_k), nheads_k), new(sum(lengths_k), nheads_k)
     options = dict(window=(-1, 0), cu_seqlens_q=make_cu_seqlens(lengths_q, DEVICE),
                    cu_seqlens_k=make_cu_seqlens(lengths_k, DEVICE), max_seqlen_q=130, max_seqlen_k=100)
-    described = _recorded_kv_described(monkeypatch)
-    results = []
-    for flag in ("0", "1"):
-        monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, flag)
-        results.append(triton_backend.forward(q, k, v, headdim ** -0.5, **options))
-    assert described == [False, True]
-    (out, lse), (out_described, lse_described) = results
-    assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
+    _assert_descriptors_match_pointers(monkeypatch, q, k, v, headdim ** -0.5, **options)
 
 
 @pytest.mark.skipif(DEVICE != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability()[0] < 9,
@@ -281,6 +267,19 @@ def test_kv_descriptors_by_default_at_hd128(monkeypatch):
         q, k, v = (torch.randn(1, 128, 2, headdim, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
         triton_backend.forward(q, k, v, headdim ** -0.5, window=(-1, 0) if causal else (-1, -1))
     assert described == [True, True, False, False]
+
+
+def _assert_descriptors_match_pointers(monkeypatch, q, k, v, scale, **options):
+    """The forward with K / V descriptors forced off, then on: the second call took them, and out and
+    lse are equal bit for bit."""
+    described = _recorded_kv_described(monkeypatch)
+    results = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, flag)
+        results.append(triton_backend.forward(q, k, v, scale, **options))
+    assert described == [False, True]
+    (out, lse), (out_described, lse_described) = results
+    assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
 
 
 def _recorded_kv_described(monkeypatch):
