@@ -165,23 +165,26 @@ def _backward_launches(block_d, dtype, device):
 
 def _kv_described(k, v, pr, fp8, right_window):
     """Whether the forward loads K and V through tensor descriptors made on the device
-    (kernels._key_descriptor): as tuning.KV_DESCRIPTORS_VARIABLE says, else where
-    NVIDIA_16BIT_KV_DESCRIPTORS does on a GPU with TMA; only for 16-bit calls (the fp8 path lays V out
+    (kernels._key_descriptor), on NVIDIA GPUs with TMA: as tuning.KV_DESCRIPTORS_VARIABLE says, else
+    where NVIDIA_16BIT_KV_DESCRIPTORS does; only for 16-bit calls (the fp8 path lays V out
     for its own loads) whose k and v TMA can address from every head's and sequence's first row."""
     if fp8 or pr.dtype not in SIXTEEN_BIT:
         return False
     setting = os.environ.get(tuning.KV_DESCRIPTORS_VARIABLE)
-    wanted = setting == "1" if setting is not None else (
-        _has_tma(k.device) and _nvidia_16bit(pr.dtype, k.device)
-        and NVIDIA_16BIT_KV_DESCRIPTORS.get((max(64, pr.block_d), right_window), False))
+    if setting is not None:  # forced on only where TMA exists (or in the interpreter, for the tests)
+        wanted = setting == "1" and (tuning.interpreting() or _has_tma(k.device))
+    else:
+        wanted = _has_tma(k.device) and NVIDIA_16BIT_KV_DESCRIPTORS.get((max(64, pr.block_d), right_window), False)
     # the strides are checked last: most calls are decided without them (a few us of host time)
     return wanted and all(_tma_addressable(t) for t in (k, v))
 
 
 @functools.lru_cache(maxsize=None)
 def _has_tma(device):
-    """Whether the CUDA device copies with TMA (compute capability 9.0 and later)."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    """Whether the device is an NVIDIA GPU that copies with TMA (compute capability 9.0 and later; not
+    ROCm, whose MI300 also reports a major version of 9)."""
+    return (device.type == "cuda" and torch.version.hip is None
+            and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 def _tma_addressable(t):
