@@ -37,16 +37,22 @@ def profile_calls(attention, forward_only, seqlen, headdim, causal):
     return kernel_table(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
 
 
-def kernel_table(call, calls=CALLS, row_limit=8):
-    """torch.profiler's CUDA table (by total time) of `calls` calls of call(), after three warm-up calls."""
-    for _ in range(3):
+def profiled(call, calls=CALLS, warmups=3):
+    """torch.profiler (CUDA activity) over `calls` calls of call(), after `warmups` untimed ones."""
+    for _ in range(warmups):
         call()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             call()
         torch.cuda.synchronize()
-    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=row_limit, max_name_column_width=70)
+    return prof
+
+
+def kernel_table(call, calls=CALLS, row_limit=8):
+    """torch.profiler's CUDA table (by total time) of `calls` calls of call(), after three warm-up calls."""
+    return profiled(call, calls).key_averages().table(sort_by="cuda_time_total", row_limit=row_limit,
+                                                      max_name_column_width=70)
 
 
 def main():

@@ -14,10 +14,10 @@ import os
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(__file__))
+from call_profile import profiled  # noqa: E402
 from padded_step_profile import wall_us  # noqa: E402
 from triton_tutorial_peer import (HEADS, TOKENS, TUTORIAL_PATH, Tutorial, keep_hopper_configs,  # noqa: E402
                                   load_tutorial)
@@ -27,13 +27,7 @@ from flash_attn import flash_attn_func  # noqa: E402
 
 def kernel_us(call, calls=20):
     """Mean GPU time of one call's kernels, in µs."""
-    call()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            call()
-        torch.cuda.synchronize()
-    total = sum(e.self_device_time_total for e in prof.key_averages())
+    total = sum(e.self_device_time_total for e in profiled(call, calls, warmups=1).key_averages())
     return total / calls
 
 
