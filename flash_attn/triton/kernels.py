@@ -441,6 +441,7 @@ def attention_forward_kernel(
         lo, hi = _key_range(m0, BLOCK_M, len_q, len_k, left, right, BLOCK_N)
         full_lo, full_hi = _full_key_blocks(m0, lo, hi, len_q, len_k, left, right, BLOCK_M, BLOCK_N)
         scale_log2 = score_scale * LOG2E
+        P_SCALE_LOG2: tl.constexpr = E4M3_P_SCALE_LOG2 if IS_FP8 else 0  # of p (_online_softmax)
         for part in tl.static_range(3):
             if part == 1 or (part == 0 and CLIP_LEFT) or (part == 2 and CLIP_RIGHT):
                 start, stop = _walk_part(part, lo, full_lo, full_hi, hi)
@@ -448,8 +449,8 @@ def attention_forward_kernel(
                                         len_k, stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope,
                                         left, right, Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP,
                                         HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION, INTERPRETER_ROUNDING, part != 1, PAD_D,
-                                        E4M3_P_SCALE_LOG2 if IS_FP8 else 0, KV_DESCRIPTORS)
-        out, lse = _normalized_rows(acc, m_i, l_i, out_scale, E4M3_P_SCALE_LOG2 if IS_FP8 else 0)
+                                        P_SCALE_LOG2, KV_DESCRIPTORS)
+        out, lse = _normalized_rows(acc, m_i, l_i, out_scale, P_SCALE_LOG2)
         out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
                                            stride_oh, PAD_D)
         tl.store(Out + out_offsets, _output(out, Out.dtype.element_ty, INTERPRETER_ROUNDING), mask=out_mask)
