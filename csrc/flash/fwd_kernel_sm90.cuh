@@ -172,6 +172,26 @@ struct Sm90ForwardRows {
   // then followed by a block of ones).
   __device__ __forceinline__ void issue_output(const char* sV) { issue_output_sm90<T, Cfg>(acc, probs, sV); }
 
+  // The same from P in shared memory (store_probs; e4m3 only): this warpgroup's 64 rows of the
+  // PTile sP from row0, an SS wgmma.
+  __device__ __forceinline__ void issue_output_from_shared(const char* sP, int row0, const char* sV) {
+    static_assert(kIsFp8<T>, "e4m3 P");
+    arch::wgmma_fence_operand(acc[0]);
+    arch::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kPvSteps<T, Cfg::kBlockN>; ++ks)
+      arch::Wgmma<T, Cfg::kHeadDim>::template ss<false, false>(acc[0], Cfg::PTile::k_major(sP, row0, ks),
+                                                                Cfg::VTile::k_major(sV, 0, ks), true);
+    arch::wgmma_commit();
+  }
+
+  // P of the latest converted block (convert) into the warp's 16 rows from row0 of the PTile sP,
+  // fenced for the tensor core's reads (the caller then synchronizes the warpgroup).
+  __device__ __forceinline__ void store_probs(char* sP, int row0, int lane) {
+    arch::store_e4m3_a_fragments_swizzled<typename Cfg::PTile>(sP, row0, probs, lane);
+    arch::fence_proxy_async();
+  }
+
   // Waits for every wgmma group of the warpgroup, the last P.V included, before the epilogue.
   __device__ __forceinline__ void retire_output() {
     arch::wgmma_wait<0>();

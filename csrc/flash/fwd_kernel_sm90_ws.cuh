@@ -84,6 +84,14 @@ struct FwdWsConfig {
   // Measured without turns (H200, bf16, two rounds): hd 192 0.5-2.5% faster in 7 of 8 cells (512 to
   // 16k, causal and not), hd 256 unchanged within noise (benchmarks/NOTES.md v31).
   static constexpr bool kTakeTurns = kElementBytes == 1 || kHeadDim <= 128;
+  // Whether P reaches P.V through shared memory (PTile, an SS wgmma; Sm90ForwardRows::store_probs)
+  // rather than as the MMA's register operand: for e4m3 with three consumers, whose 160 registers
+  // hold S (kBlockN / 2) and O (kHeadDim / 2) but not P's kBlockN / 8 pinned under the P.V as well
+  // (at hd 128 with 128-key steps and P in registers ptxas spilled 400 B, 12 local loads and stores a
+  // step, and serialized every wgmma: benchmarks/NOTES.md v33).
+  static constexpr bool kPInShared = kElementBytes == 1 && kConsumers == 3;
+  using PTile = arch::SwizzledTile<kBlockM, kBlockN * kElementBytes / 2>;  // P's rows, K-major (keys)
+  static constexpr int kPBytes = kPInShared ? PTile::kBytes : 0;
   // Row sums on the tensor core (Sm90ForwardRows::kSumsByMma: P.V over 8 more columns, of ones) at
   // 16-bit hd 64 and 128: each V slot is followed by a block of ones laid out as one more 64-column
   // block of V (kBlockN rows of 128 bytes, written once per CTA), which P.V's N = hd + 8 reads as
@@ -101,8 +109,9 @@ struct FwdWsConfig {
   // were 4-11% faster at 512-1k causal, at hd 128 within 2% there, and both 2-4% slower at 8k
   // (H200, bf16, benchmarks/NOTES.md v26).
   static constexpr bool kStageO =
-      kHeadDim > 64 && kOOffset + OTile::kBytes + kBarriers * 8 <= arch::kMaxSmemBytesPerBlock;
-  static constexpr int kBarrierOffset = kOOffset + (kStageO ? OTile::kBytes : 0);
+      kHeadDim > 64 && kOOffset + OTile::kBytes + kPBytes + kBarriers * 8 <= arch::kMaxSmemBytesPerBlock;
+  static constexpr int kPOffset = kOOffset + (kStageO ? OTile::kBytes : 0);  // P, a PTile (kPInShared)
+  static constexpr int kBarrierOffset = kPOffset + kPBytes;
   // Causal tiles end at the sequence's end (FwdQueryBlock::at's end_aligned) with three consumers:
   // a 192-row tile over 512 keys leaves 128 rows for the third, over 1k 64, and aligned at the
   // start that part tile is the one that walks every key (4 of 4 steps at 512, 8 of 8 at 1k, with
@@ -127,6 +136,7 @@ struct FwdWsSmem {
   __device__ __forceinline__ char* k(int slot) const { return base + Cfg::QTile::kBytes + slot * Cfg::KVTile::kBytes; }
   __device__ __forceinline__ char* v(int slot) const { return k(Cfg::kStages) + slot * Cfg::kVSlotBytes; }
   __device__ __forceinline__ char* o() const { return base + Cfg::kOOffset; }
+  __device__ __forceinline__ char* p() const { return base + Cfg::kPOffset; }
 
   // The blocks of ones after the V slots (Cfg::kRowSumsByMma), by every thread of the CTA, before
   // the barrier that precedes the first MMA; fenced for the tensor core's reads.
@@ -341,6 +351,14 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
     rows.retire();
     if (i - 2 >= own.first) release_v(i - 2);
     rows.convert(dropout);
+    if constexpr (Cfg::kPInShared) rows.store_probs(s.p(), warp_row0, lane);  // P.V[i-2] has read the tile
+  };
+  // Issues P.V over the V slot sV: P from its registers, or from the P tile.
+  auto issue_output = [&](const char* sV) {
+    if constexpr (Cfg::kPInShared)
+      rows.issue_output_from_shared(s.p(), group_row0, sV);
+    else
+      rows.issue_output(sV);
   };
 
   arch::mbarrier_wait_parity(s.q_full(), tile_parity);
@@ -354,9 +372,9 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
     if constexpr (!kFirst) retire_and_convert(i);
     wait_filled(false, i);
     if constexpr (!kFirst) wait_filled(true, i - 1);
-    turns.wait();
+    turns.wait();  // (with P in shared memory: also every warp of this warpgroup has stored its rows)
     issue_scores_sm90<T, Cfg>(rows.scores, s.q(), s.k(at.slot), group_row0);
-    if constexpr (!kFirst) rows.issue_output(s.v(RingPosition<kStages>(ring + i - 1).slot));
+    if constexpr (!kFirst) issue_output(s.v(RingPosition<kStages>(ring + i - 1).slot));
     turns.pass();
     if constexpr (kScoreExtras) {  // dropout's random bytes, while S's MMAs run
       if (dropout.enabled)
@@ -373,7 +391,7 @@ __device__ __forceinline__ void consume_fwd_tile(const FwdParams& p, const Maps&
     retire_and_convert(own.end);
     wait_filled(true, own.end - 1);
     turns.wait();  // step own.end's turn, or the tile's extra one
-    rows.issue_output(s.v(RingPosition<kStages>(ring + own.end - 1).slot));
+    issue_output(s.v(RingPosition<kStages>(ring + own.end - 1).slot));
     turns.pass();
     rows.retire_output();
     release_v(own.end - 1);

@@ -12,14 +12,18 @@
 namespace flash {
 
 // FwdWsConfig<hd, keys per step, consumers, slots, element bytes>. Steps are 128 keys: e4m3 V's
-// transposed tile has key rows, and one 128-byte swizzle row is 128 keys. Two consumers of 64
-// rows as in the 16-bit kernel. Slots: hd 128 takes 2 (Q 16 KiB, 2 x (16 + 16) KiB of K and V, O
-// staged in 32 KiB); hd 256 fills 224 KiB with 2 (Q 32, rings 128, O 64), the most that fits.
+// transposed tile has key rows, and one 128-byte swizzle row is 128 keys.
+// hd 128: three consumers of 64 rows (192-row tiles), P to P.V through shared memory
+// (FwdWsConfig::kPInShared); the step is bound by each warpgroup's softmax chain, and a third chain
+// per scheduler measured 7-8% faster than two at 8k / 16k and 6.5% at 4k non-causal, 1.5-5% causal
+// (H200, benchmarks/NOTES.md v37). Shared memory: Q 24 KiB, 2 x (16 + 16) of K and V, O staged in 48,
+// P 24. hd 256: two consumers (O alone is 128 registers); 2 slots fill 224 KiB (Q 32, rings 128, O
+// 64), the most that fits.
 template <int kHeadDim>
 struct FwdFp8Tile;
 template <>
 struct FwdFp8Tile<128> {
-  using type = FwdWsConfig<128, 128, 2, 2, 1>;
+  using type = FwdWsConfig<128, 128, 3, 2, 1>;
 };
 template <>
 struct FwdFp8Tile<256> {
