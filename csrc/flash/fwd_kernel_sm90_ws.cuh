@@ -90,7 +90,9 @@ struct FwdWsConfig {
   // (at hd 128 with 128-key steps and P in registers ptxas spilled 400 B, 12 local loads and stores a
   // step, and serialized every wgmma: benchmarks/NOTES.md v33).
   static constexpr bool kPInShared = kElementBytes == 1 && kConsumers == 3;
-  using PTile = arch::SwizzledTile<kBlockM, kBlockN * kElementBytes / 2>;  // P's rows, K-major (keys)
+  // P's rows, K-major (keys), where kPInShared; elsewhere one unused 64-column block (a step of
+  // 112 or 80 keys is no whole 128-byte row).
+  using PTile = arch::SwizzledTile<kBlockM, kPInShared ? kBlockN * kElementBytes / 2 : 64>;
   static constexpr int kPBytes = kPInShared ? PTile::kBytes : 0;
   // Row sums on the tensor core (Sm90ForwardRows::kSumsByMma: P.V over 8 more columns, of ones) at
   // 16-bit hd 64 and 128: each V slot is followed by a block of ones laid out as one more 64-column
