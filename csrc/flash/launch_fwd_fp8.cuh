@@ -15,9 +15,9 @@ namespace flash {
 // transposed tile has key rows, and one 128-byte swizzle row is 128 keys.
 // hd 128: three consumers of 64 rows (192-row tiles), P to P.V through shared memory
 // (FwdWsConfig::kPInShared); the step is bound by each warpgroup's softmax chain, and a third chain
-// per scheduler measured 7-8% faster than two at 8k / 16k and 6.5% at 4k non-causal, 1.5-5% causal
-// (H200, benchmarks/NOTES.md v37). Shared memory: Q 24 KiB, 2 x (16 + 16) of K and V, O staged in 48,
-// P 24. hd 256: two consumers (O alone is 128 registers); 2 slots fill 224 KiB (Q 32, rings 128, O
+// per scheduler ran 6-7.5% faster than two at 4k-16k non-causal and 0.4-6% causal in two calls
+// (one causal reading +13%; H200, benchmarks/NOTES.md v37). Shared memory: Q 24 KiB, 2 x (16 + 16)
+// of K and V, O staged in 48, P 24. hd 256: two consumers (O alone is 128 registers); 2 slots fill 224 KiB (Q 32, rings 128, O
 // 64), the most that fits.
 template <int kHeadDim>
 struct FwdFp8Tile;
