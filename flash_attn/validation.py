@@ -154,8 +154,13 @@ def _cuda_capability(device_index):
     return torch.cuda.get_device_capability(device_index)
 
 
+def cuda_capability(device):
+    """(major, minor) of a CUDA device, cached per device index ("cuda" alone: the current device)."""
+    return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def check_cuda_capability(device):
-    capability = _cuda_capability(device.index if device.index is not None else torch.cuda.current_device())
+    capability = cuda_capability(device)
     if tuple(capability) < MIN_CUDA_CAPABILITY:
         raise RuntimeError(
             f"flash_attn: q is on a GPU of compute capability {capability[0]}.{capability[1]}; "

@@ -90,6 +90,7 @@ struct FwdWsConfig {
   // (at hd 128 with 128-key steps and P in registers ptxas spilled 400 B, 12 local loads and stores a
   // step, and serialized every wgmma: benchmarks/NOTES.md v33).
   static constexpr bool kPInShared = kElementBytes == 1 && kConsumers == 3;
+  static_assert(!kPInShared || kTakeTurns, "the turn barrier is what orders a warpgroup's P stores before its P.V");
   // P's rows, K-major (keys), where kPInShared; elsewhere one unused 64-column block (a step of
   // 112 or 80 keys is no whole 128-byte row).
   using PTile = arch::SwizzledTile<kBlockM, kPInShared ? kBlockN * kElementBytes / 2 : 64>;

@@ -12,7 +12,6 @@ Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported). Tested
 against fp64, fp16, fp8) and on an H100 (tests/test_triton_*.py; README says which cases ran where).
 """
 
-import functools
 import os
 
 import torch
@@ -20,6 +19,7 @@ import triton
 
 from .. import dropout as dropout_lib
 from ..ops import FP8_OUT_DTYPE
+from ..validation import cuda_capability
 from . import fp8_kernels, kernels, poison, tuning
 from .scratch import launch_with_scratch
 
@@ -179,12 +179,10 @@ def _kv_described(k, v, pr, fp8, right_window):
     return wanted and all(_tma_addressable(t) for t in (k, v))
 
 
-@functools.lru_cache(maxsize=None)
 def _has_tma(device):
     """Whether the device is an NVIDIA GPU that copies with TMA (compute capability 9.0 and later; not
     ROCm, whose MI300 also reports a major version of 9)."""
-    return (device.type == "cuda" and torch.version.hip is None
-            and torch.cuda.get_device_capability(device)[0] >= 9)
+    return device.type == "cuda" and torch.version.hip is None and cuda_capability(device)[0] >= 9
 
 
 def _tma_addressable(t):

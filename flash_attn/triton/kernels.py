@@ -355,8 +355,8 @@ def _key_descriptor(base, len_k, headdim, stride_s, BLOCK_N: tl.constexpr, BLOCK
     base (row stride stride_s, the head dim contiguous) in blocks of (BLOCK_N, BLOCK_D): on Hopper
     its loads are TMA copies (cp.async.bulk.tensor in Triton 3.9's sm_90 PTX), which read the rows
     past len_k and the columns past headdim as 0 themselves, so a block needs no pointer tensor and
-    no mask. The host takes this path only where
-    TMA can address the tensor (attention._kv_described)."""
+    no mask. The host takes this path only where TMA can address the tensor
+    (attention._kv_described)."""
     return tl.make_tensor_descriptor(base, [len_k, headdim], [stride_s, 1], [BLOCK_N, BLOCK_D])
 
 
