@@ -365,8 +365,9 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
     descales = descales if fp8 else slopes  # any pointer when unread
     if fp8:
         v = keys_contiguous(v)
-    launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=pr.right >= 0, seqlen_k=pr.seqlen_k)
-    described = _kv_described(k, v, pr, fp8, right_window=pr.right >= 0)
+    right_window = pr.right >= 0  # a causal or right window bounds the keys: the tile tables' second key
+    launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k)
+    described = _kv_described(k, v, pr, fp8, right_window=right_window)
     launch_with_scratch(
         described, _forward_kernel, q.device, pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes,
         pr.rng_state, descales, *pr.strides(q), *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out),
