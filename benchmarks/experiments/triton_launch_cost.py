@@ -7,7 +7,9 @@ dim 64 and 128, bf16, causal), one process:
 - the parts of that launch: the binder (argument specialization, Triton's generated code), the
   compiled kernel's launcher alone (CompiledKernel.run: no binder, no cache lookup), and torch's
   allocations of out / lse / the rng state;
-then cProfile of attention.forward at hd 64 (the functions with the most own time).
+then cProfile of attention.forward at hd 64 (the functions with the most own time). The launch's
+parts are timed through Triton 3.6's internals (JITFunction.device_caches' binder, CompiledKernel.run
+and its argument order), which other Triton versions may not have.
 
     python benchmarks/experiments/triton_launch_cost.py
 """
