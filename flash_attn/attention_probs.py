@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from . import reference
+from .validation import cuda_capability
 
 _ROUND = 128
 
@@ -32,8 +33,7 @@ def fa2_block_n(headdim, device):
         return 64
     if headdim <= 128:
         return 32
-    is_sm8x = device.type == "cuda" and tuple(torch.cuda.get_device_capability(device)) > (8, 0) \
-        and torch.cuda.get_device_capability(device)[0] == 8
+    is_sm8x = device.type == "cuda" and (8, 0) < tuple(cuda_capability(device)) < (9, 0)
     return 64 if is_sm8x else 32
 
 

@@ -80,7 +80,8 @@ def _launch_parts(q, k, v):
                  per_call_us(lambda: (torch.empty(shape, dtype=q.dtype, device=q.device),
                                       torch.empty(lse_shape, dtype=torch.float32, device=q.device),
                                       torch.zeros(2, dtype=torch.int64, device=q.device)))))
-    rows.append((f"kernel arguments: {len(args)} positional, {len(values)} bound", 0.0))
+    print(f"hd {q.shape[-1]}: the forward kernel takes {len(args)} positional arguments, {len(values)} bound "
+          "with its constexprs")
     return rows
 
 

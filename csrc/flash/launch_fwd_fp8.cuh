@@ -17,8 +17,9 @@ namespace flash {
 // (FwdWsConfig::kPInShared); the step is bound by each warpgroup's softmax chain, and a third chain
 // per scheduler ran 6-7.5% faster than two at 4k-16k non-causal and 0.4-6% causal in two calls
 // (one causal reading +13%; H200, benchmarks/NOTES.md v37). Shared memory: Q 24 KiB, 2 x (16 + 16)
-// of K and V, O staged in 48, P 24. hd 256: two consumers (O alone is 128 registers); 2 slots fill 224 KiB (Q 32, rings 128, O
-// 64), the most that fits.
+// of K and V, O staged in 48, P 24.
+// hd 256: two consumers (O alone is 128 registers); 2 slots fill 224 KiB (Q 32, rings 128, O 64),
+// the most that fits.
 template <int kHeadDim>
 struct FwdFp8Tile;
 template <>

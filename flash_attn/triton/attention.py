@@ -126,9 +126,14 @@ NVIDIA_16BIT_KV_DESCRIPTORS = {
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
+def _nvidia(device):
+    """Whether the device is an NVIDIA GPU (a CUDA device of a build without ROCm)."""
+    return device.type == "cuda" and torch.version.hip is None
+
+
 def _nvidia_16bit(dtype, device):
-    """Whether the NVIDIA 16-bit tiles apply: fp16 / bf16 CUDA tensors, not ROCm."""
-    return device.type == "cuda" and torch.version.hip is None and dtype in SIXTEEN_BIT
+    """Whether the NVIDIA 16-bit tiles apply: fp16 / bf16 tensors on an NVIDIA GPU."""
+    return _nvidia(device) and dtype in SIXTEEN_BIT
 
 
 def _launch_options(tile, block_d):
@@ -163,12 +168,12 @@ def _backward_launches(block_d, dtype, device):
                  for i, variable in enumerate((tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE)))
 
 
-def _kv_described(k, v, pr, fp8, right_window):
+def _kv_described(k, v, pr, right_window):
     """Whether the forward loads K and V through tensor descriptors made on the device
     (kernels._key_descriptor), on NVIDIA GPUs with TMA: as tuning.KV_DESCRIPTORS_VARIABLE says, else
-    where NVIDIA_16BIT_KV_DESCRIPTORS does; only for 16-bit calls (the fp8 path lays V out
-    for its own loads) whose k and v TMA can address from every head's and sequence's first row."""
-    if fp8 or pr.dtype not in SIXTEEN_BIT:
+    where NVIDIA_16BIT_KV_DESCRIPTORS does; only for 16-bit calls (not fp32, nor fp8, whose path lays
+    V out for its own loads) whose k and v TMA can address from every head's and sequence's first row."""
+    if pr.dtype not in SIXTEEN_BIT:
         return False
     setting = os.environ.get(tuning.KV_DESCRIPTORS_VARIABLE)
     if setting is not None:  # forced on only where TMA exists (or in the interpreter, for the tests)
@@ -182,7 +187,7 @@ def _kv_described(k, v, pr, fp8, right_window):
 def _has_tma(device):
     """Whether the device is an NVIDIA GPU that copies with TMA (compute capability 9.0 and later; not
     ROCm, whose MI300 also reports a major version of 9)."""
-    return device.type == "cuda" and torch.version.hip is None and cuda_capability(device)[0] >= 9
+    return _nvidia(device) and cuda_capability(device)[0] >= 9
 
 
 def _tma_addressable(t):
@@ -367,7 +372,7 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
         v = keys_contiguous(v)
     right_window = pr.right >= 0  # a causal or right window bounds the keys: the tile tables' second key
     launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k)
-    described = _kv_described(k, v, pr, fp8, right_window=right_window)
+    described = _kv_described(k, v, pr, right_window=right_window)
     launch_with_scratch(
         described, _forward_kernel, q.device, pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes,
         pr.rng_state, descales, *pr.strides(q), *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out),
