@@ -16,6 +16,10 @@
 #     carried with the call) in place (AB_HDIMS, AB_DTYPES: 64;128 and bf16), runs AB_SCRIPT with AB_BASE_ARGS on it and on this tree,
 #     each in its own process, one after the other, AB_ROUNDS times (default 1)
 #
+#   FA4=1 STAGES=bench BENCH_ARGS="--impls ours,cudnn,fa4" scripts/gpu_check.sh  # carry peers/fa4
+#     (benchmarks/experiments/fa4_peer.sh pack): FlashAttention 4 unpacked to /tmp/fa4 and put on
+#     PYTHONPATH for the benchmark's fa4 column
+#
 # Build variables pass through (FLASH_ATTN_HDIMS, FLASH_ATTN_DTYPES, FLASH_ATTN_CUDA_ARCHS, default
 # here: 90, the machine's arch). The build and test logs (check.log) and the benchmark results
 # (bench/, 6 files) go to $OUT, which the device tool brings back (8 files at most), else to
@@ -30,6 +34,10 @@ export FLASH_ATTN_CUDA_ARCHS=${FLASH_ATTN_CUDA_ARCHS:-90}
 summary=()
 
 LOG=$OUT/check.log
+if [[ -n ${FA4:-} ]]; then
+  [[ -d /tmp/fa4 ]] || benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4 > /dev/null || exit 1
+  export PYTHONPATH=/tmp/fa4:/tmp/fa4/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
+fi
 # Per-stage time limits (seconds) so one stuck stage leaves time for the others' output.
 declare -A LIMIT=([build]=${BUILD_LIMIT:-300} [test]=${TEST_LIMIT:-300} [bench]=${BENCH_LIMIT:-240}
                   [sweep]=${SWEEP_LIMIT:-150} [sanitize]=${SANITIZE_LIMIT:-200} [ab]=${AB_LIMIT:-300}
@@ -88,7 +96,8 @@ if has_stage sanitize; then  # memcheck: no kernel reads or writes outside its t
   tail -n 30 /tmp/.stage.log
 fi
 if has_stage bench; then
-  stage bench python3 -m flash_attn.benchmark --quick --out "$OUT/bench" ${BENCH_ARGS:-}
+  set_flag=--quick; [[ " ${BENCH_ARGS:-} " == *" --full "* ]] && set_flag=  # the two exclude each other
+  stage bench python3 -m flash_attn.benchmark $set_flag --out "$OUT/bench" ${BENCH_ARGS:-}
   grep -v "^\[" /tmp/.stage.log | tail -n 150
 fi
 if has_stage sweep; then  # tile-configuration sweep, torch-free (benchmarks/experiments)

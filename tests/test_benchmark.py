@@ -364,6 +364,63 @@ def test_ours_triton_never_times_another_path(monkeypatch):
     assert all(row.cells["ours"].status == OK for row in suite.rows)
 
 
+FAKE_FA4_INTERFACE = """
+import torch
+from flash_attn.cute import scale  # an absolute import inside the package, as FA4's own modules do
+
+
+def flash_attn_func(q, k, v, causal=False):
+    qt, kt, vt = (x.transpose(1, 2).float() for x in (q, k, v))
+    scores = qt @ kt.transpose(-2, -1) * scale.of(q)
+    if causal:
+        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ vt
+    return out.transpose(1, 2).to(q.dtype), torch.logsumexp(scores, dim=-1)
+"""
+
+
+@pytest.fixture
+def fake_fa4(tmp_path, monkeypatch):
+    """A stand-in FlashAttention 4 laid out as its wheel installs it: flash_attn/cute with no
+    flash_attn/__init__.py, on sys.path behind this package."""
+    package = tmp_path / "flash_attn" / "cute"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from .interface import flash_attn_func\n")
+    (package / "interface.py").write_text(FAKE_FA4_INTERFACE)
+    (package / "scale.py").write_text("def of(q):\n    return q.shape[-1] ** -0.5\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(flash_attn, "__path__", list(flash_attn.__path__))
+    impls._fa4_interface.cache_clear()
+    yield
+    impls._fa4_interface.cache_clear()
+    for name in [name for name in sys.modules if name.startswith("flash_attn.cute")]:
+        del sys.modules[name]
+
+
+def test_speed_suite_has_an_fa4_column(fake_fa4):
+    """fa4 finds FlashAttention 4's flash_attn/cute beside this package of the same name, runs its
+    forward and backward, and is a peer of ours."""
+    suite = suites.run_speed(_cpu_bench(), _tiny_plan(impls=("ours", "fa4", "flash")))
+    assert suite.columns == ["ours", "fa4", "flash"] and suite.peers == ["fa4", "flash"]
+    for row in suite.rows:
+        assert row.cells["fa4"].status == OK, row.cells["fa4"].note
+    fwd = [row for row in suite.rows if row.config["pass"] == "fwd"]
+    assert all(row.extra["ours_max_abs_diff"] < 0.01 for row in fwd)
+    assert sys.modules["flash_attn.cute"].__file__.startswith(str(Path(flash_attn.__path__[-1])))
+
+
+def test_fa4_column_says_when_it_is_not_installed(monkeypatch):
+    monkeypatch.setattr(flash_attn, "__path__", list(flash_attn.__path__))
+    monkeypatch.setattr(sys, "path", [entry for entry in sys.path if not
+                                      os.path.isfile(os.path.join(entry or os.curdir, "flash_attn", "cute",
+                                                                  "interface.py"))])
+    impls._fa4_interface.cache_clear()
+    suite = suites.run_speed(_cpu_bench(), _tiny_plan(impls=("ours", "fa4")))
+    impls._fa4_interface.cache_clear()
+    assert all(row.cells["fa4"].status == ERROR and "FlashAttention 4 is not installed" in row.cells["fa4"].note
+               for row in suite.rows)
+
+
 def test_speedup_memory_and_decode_suites_on_cpu():
     bench, plan = _cpu_bench(), _tiny_plan()
     speedup = suites.run_speedup(bench, plan)

@@ -1,5 +1,5 @@
 """The attention implementations compared: ours (and ours on the Triton backend), SDPA's backends,
-naive PyTorch, FlexAttention.
+naive PyTorch, FlexAttention, FlashAttention 4 where it is installed.
 
 Every training forward takes q, k, v as (batch, seqlen, nheads, headdim) and returns the output in
 that layout. SDPA-based ones are handed transposed views (batch, nheads, seqlen, headdim), not copies,
@@ -12,7 +12,9 @@ headdim), a key padding mask (batch, seqlen), True for kept tokens, and a dropou
 
 import contextlib
 import functools
+import importlib
 import os
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -35,9 +37,11 @@ LABELS = {
     "math": "sdpa-math",
     "naive": "naive",
     "flex": "flex",
+    "fa4": "fa4",
 }
-TRAINING_IMPLS = ("ours", "ours-triton", "flash", "cudnn", "efficient", "math", "naive", "flex")
-# flex compiles per shape, ours-triton its kernels per (head dim, mask) on first use: both opt-in
+TRAINING_IMPLS = ("ours", "ours-triton", "flash", "cudnn", "efficient", "math", "naive", "flex", "fa4")
+# flex compiles per shape, ours-triton its kernels per (head dim, mask) on first use, fa4 (CuTe DSL) its
+# kernels per configuration on first use: all three opt-in
 DEFAULT_TRAINING_IMPLS = ("ours", "flash", "cudnn", "efficient", "math", "naive")
 # The switch the public functions read per call (flash_attn/backend.py): every attention call to Triton.
 TRITON_SWITCH = (("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE"),)
@@ -192,6 +196,29 @@ def flex_forward(q, k, v, causal):
     return out.transpose(1, 2)
 
 
+@functools.cache
+def _fa4_interface():
+    """FlashAttention 4's `flash_attn.cute` (the flash-attn-4 package). Its wheel installs the folder
+    flash_attn/cute with no flash_attn/__init__.py, a namespace that this package, also called
+    flash_attn, hides: the first flash_attn folder on sys.path holding cute/interface.py joins this
+    package's search path, so that `flash_attn.cute` and FA4's own absolute imports resolve to it."""
+    for entry in sys.path:
+        folder = os.path.join(entry or os.curdir, "flash_attn")
+        if os.path.isfile(os.path.join(folder, "cute", "interface.py")):
+            if folder not in flash_attn.__path__:
+                flash_attn.__path__.append(folder)
+            return importlib.import_module("flash_attn.cute")
+    raise RuntimeError("FlashAttention 4 is not installed (no flash_attn/cute on sys.path; "
+                       "benchmarks/experiments/fa4_peer.sh packs it for the GPU machine)")
+
+
+def fa4_forward(q, k, v, causal):
+    """FlashAttention 4's flash_attn_func (it returns the output and the lse; its backward runs through
+    its own autograd.Function)."""
+    out, _ = _fa4_interface().flash_attn_func(q, k, v, causal=causal)
+    return out
+
+
 def _sdpa_backend(name):
     from torch.nn.attention import SDPBackend
 
@@ -213,6 +240,8 @@ def training_impl(name):
         return Impl(name, naive_forward, materializes=True)
     if name == "flex":
         return Impl(name, flex_forward)
+    if name == "fa4":
+        return Impl(name, fa4_forward)
     if name == "math":
         return Impl(name, sdpa_forward, backend=_sdpa_backend(name), materializes=True, upcasts=True)
     if name in ("flash", "cudnn", "efficient"):
