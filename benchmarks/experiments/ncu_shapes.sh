@@ -3,7 +3,9 @@
 # comparison, the kernels SDPA's cuDNN backend runs on the same inputs (bf16, hidden 2048, batch x
 # seqlen = 16k). Each profile goes to $OUT/ncu_<who>_<pass>_hd<hd>_<seqlen>_c<causal>.txt.
 # Usage: benchmarks/experiments/ncu_shapes.sh "HD:SEQLEN:CAUSAL:PASS:WHO ..."
-#   PASS fwd | bwd, WHO ours | ours-det (deterministic=True) | ours-fp8 (e4m3 q, k, v; forward) | cudnn; e.g. "128:16384:0:fwd:ours 128:512:1:fwd:cudnn"
+#   PASS fwd | bwd, WHO ours | ours-det (deterministic=True) | ours-fp8 (e4m3 q, k, v; forward) | cudnn |
+#   fa4 (FlashAttention 4: FA4=1, the pack of benchmarks/experiments/fa4_peer.sh carried); e.g.
+#   "128:16384:0:fwd:ours 128:512:1:fwd:cudnn"
 #   SKIP_BUILD=1 keeps the installed build; FLASH_ATTN_HDIMS as for the build (default "64;128;256").
 #   SECTIONS overrides the ncu sections (default: throughput, memory, occupancy, scheduler, warp states,
 #   launch facts); SOURCE=1 adds the top stall sites (SourceCounters; the build has -lineinfo);
@@ -12,6 +14,10 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/ncu_out}
 mkdir -p "$OUT"
+if [[ -n ${FA4:-} ]]; then  # as scripts/gpu_check.sh does; this tree first, ahead of FA4's namespace folder
+  [[ -d /tmp/fa4 ]] || benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4 > /dev/null || exit 1
+  export PYTHONPATH=$PWD:/tmp/fa4:/tmp/fa4/nvidia_cutlass_dsl/dsl_packages
+fi
 [[ ${SKIP_BUILD:-0} == 1 ]] || FLASH_ATTN_HDIMS=${FLASH_ATTN_HDIMS:-"64;128;256"} FLASH_ATTN_DTYPES=bf16 \
   NVCC_APPEND_FLAGS=-lineinfo STAGES=build scripts/gpu_check.sh | tail -n 3
 cat > /tmp/one_call.py <<'PY'
@@ -25,6 +31,9 @@ shape = (16384 // seqlen, seqlen, 2048 // headdim, headdim)
 q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ == "bwd") for _ in range(3))
 if who == "ours-fp8":
     out = flash_attn.flash_attn_func(*(t.to(torch.float8_e4m3fn) for t in (q, k, v)), causal=causal)
+elif who == "fa4":
+    from flash_attn.benchmark import impls
+    out = impls.fa4_forward(q, k, v, causal)
 elif who.startswith("ours"):
     out = flash_attn.flash_attn_func(q, k, v, causal=causal, deterministic=who == "ours-det")
 else:
@@ -42,6 +51,8 @@ for shape in $1; do
   IFS=: read -r hd seqlen causal pass_ who <<< "$shape"
   if [[ $who == ours* ]]; then
     regex=$([[ $pass_ == fwd ]] && echo "fwd_(fp8_)?kernel" || echo "bwd_kernel")
+  elif [[ $who == fa4 ]]; then
+    regex=$([[ $pass_ == fwd ]] && echo "FlashAttentionForwardSm90" || echo "FlashAttentionBackwardSm90")
   else
     regex=$([[ $pass_ == fwd ]] && echo "fprop|fwd" || echo "dgrad|bprop|bwd")
   fi
