@@ -35,8 +35,8 @@ summary=()
 
 LOG=$OUT/check.log
 if [[ -n ${FA4:-} ]]; then
-  [[ -d /tmp/fa4 ]] || benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4 > /dev/null || exit 1
-  export PYTHONPATH=/tmp/fa4:/tmp/fa4/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
+  fa4_path=$(benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4) || exit 1
+  export PYTHONPATH=$fa4_path${PYTHONPATH:+:$PYTHONPATH}
 fi
 # Per-stage time limits (seconds) so one stuck stage leaves time for the others' output.
 declare -A LIMIT=([build]=${BUILD_LIMIT:-300} [test]=${TEST_LIMIT:-300} [bench]=${BENCH_LIMIT:-240}

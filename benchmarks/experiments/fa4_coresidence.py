@@ -9,7 +9,11 @@ each timing:
   fa4 ran        FA4's forward and backward run once per cell (its kernels compiled and loaded)
   after fa4      each cell's FA4 timing immediately before ours, as the suite's rotation does
 
-    PYTHONPATH=/tmp/fa4:/tmp/fa4/nvidia_cutlass_dsl/dsl_packages python benchmarks/experiments/fa4_coresidence.py
+    PYTHONPATH=$PWD:$(benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4) \
+        python benchmarks/experiments/fa4_coresidence.py
+
+(this tree first: run as a script, sys.path[0] is this folder, and FA4's namespace folder flash_attn
+on PYTHONPATH would otherwise be the only flash_attn found before the installed one.)
 """
 
 import statistics

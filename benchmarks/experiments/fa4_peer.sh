@@ -5,14 +5,16 @@
 # with the working tree. So:
 #
 #   benchmarks/experiments/fa4_peer.sh pack          # here, with network: peers/fa4/ (git-ignored)
-#   benchmarks/experiments/fa4_peer.sh unpack DIR    # there: DIR is the install, printed for PYTHONPATH
+#   benchmarks/experiments/fa4_peer.sh unpack DIR    # there: installs into DIR once, prints the
+#                                                    # PYTHONPATH entries (also when DIR is there)
 #
 # pack: the two libraries xz-compressed with the x86 filter (48.1 + 13.0 MB), the rest unpacked, trimmed
-# of what neither import nor kernel compilation reads (tvm-ffi's C++ sources, the
-# cutlass profiler iket, torch-c-dlpack-ext's prebuilt add-ons, which stop at torch 2.9 while the
-# machine has 2.11), then xz-compressed (3.4 MB). 64.4 MB in all: the tree that travels with it must
-# stay under ~2.6 MB, so a call that carries it leaves benchmarks/results/ (9 MB) out of the checkout
-# for its duration. The versions are those of ../shared/docs/PEERS.md's FA4 column.
+# of what neither import nor kernel compilation reads (tvm-ffi's C++ sources, the cutlass profiler
+# iket, torch-c-dlpack-ext's prebuilt add-ons, which stop at torch 2.9 while the machine has 2.11),
+# then xz-compressed (3.6 MB). 64.7 MB in all: the tree that travels with it must stay under ~2.4 MB,
+# so a call that carries it leaves benchmarks/results/ (9 MB), benchmarks/NOTES.md and tests/ out of
+# the checkout for its duration (benchmarks/NOTES.md v39). The versions are those of
+# ../shared/docs/PEERS.md's FA4 column.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PACK=peers/fa4
@@ -45,11 +47,14 @@ pack() {
 
 unpack() {
   local dest=$1
-  mkdir -p "$dest"
-  tar -xJf "$PACK/rest.tar.xz" -C "$dest"
-  xz -dc "$PACK/ir.so.xz" > "$dest/$IR"
-  xz -dc "$PACK/runtime.so.xz" > "$dest/$RUNTIME"
-  chmod +x "$dest/$IR" "$dest/$RUNTIME"
+  if [[ ! -f $dest/.unpacked ]]; then
+    mkdir -p "$dest"
+    tar -xJf "$PACK/rest.tar.xz" -C "$dest"
+    xz -dc "$PACK/ir.so.xz" > "$dest/$IR"
+    xz -dc "$PACK/runtime.so.xz" > "$dest/$RUNTIME"
+    chmod +x "$dest/$IR" "$dest/$RUNTIME"
+    touch "$dest/.unpacked"
+  fi
   # the cutlass wheel's .pth puts its dsl_packages on sys.path, which PYTHONPATH does not read
   echo "$dest:$dest/nvidia_cutlass_dsl/dsl_packages"
 }

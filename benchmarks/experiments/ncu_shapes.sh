@@ -14,9 +14,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/ncu_out}
 mkdir -p "$OUT"
-if [[ -n ${FA4:-} ]]; then  # as scripts/gpu_check.sh does; this tree first, ahead of FA4's namespace folder
-  [[ -d /tmp/fa4 ]] || benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4 > /dev/null || exit 1
-  export PYTHONPATH=$PWD:/tmp/fa4:/tmp/fa4/nvidia_cutlass_dsl/dsl_packages
+if [[ -n ${FA4:-} ]]; then  # this tree first: a script run from /tmp would find FA4's namespace folder
+  fa4_path=$(benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4) || exit 1
+  export PYTHONPATH=$PWD:$fa4_path
 fi
 [[ ${SKIP_BUILD:-0} == 1 ]] || FLASH_ATTN_HDIMS=${FLASH_ATTN_HDIMS:-"64;128;256"} FLASH_ATTN_DTYPES=bf16 \
   NVCC_APPEND_FLAGS=-lineinfo STAGES=build scripts/gpu_check.sh | tail -n 3

@@ -1,4 +1,4 @@
-"""Ratio tables from speed-suite results: one column's time over another's, per (head dim, causal, pass)
+"""Ratio tables from speed-suite results: one column's TFLOP/s over another's, per (head dim, causal, pass)
 row and seqlen column, each cell the rounds given joined by " / " (rounds: results.json files of the
 same configurations, e.g. two runs, or one file per head dim).
 
@@ -23,7 +23,9 @@ def ratios(paths, of, over, passes):
     """{(headdim, causal, pass): {seqlen: ratio}} from the speed suites of `paths`."""
     table = defaultdict(dict)
     for path in paths:
-        for row in json.load(open(path))["suites"]["speed"]["rows"]:
+        with open(path) as results:
+            rows = json.load(results)["suites"]["speed"]["rows"]
+        for row in rows:
             config, cells = row["config"], row["cells"]
             if config["pass"] not in passes or cells[of]["status"] != "ok" or cells[over]["status"] != "ok":
                 continue
