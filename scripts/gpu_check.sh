@@ -12,8 +12,9 @@
 #     the Triton backend (FLASH_ATTN_TEST_BACKEND=triton, tests/helpers.py), TRITON_SUITE_WORKERS pytest-xdist workers
 #   STAGES="sweep" SWEEP_ARGS="64 8192 0;128 2048 1" scripts/gpu_check.sh
 #   STAGES="build ab" AB_SCRIPT=benchmarks/experiments/scheduler_ab.py scripts/gpu_check.sh
-#     before/after: builds the baseline tree in ./old_tree (an ignored export of the commit before,
-#     carried with the call) in place (AB_HDIMS, AB_DTYPES: 64;128 and bf16), runs AB_SCRIPT with AB_BASE_ARGS on it and on this tree,
+#     before/after: builds the baseline tree in ./old_tree (an ignored export of the whole commit
+#     before, `git archive REV | tar -x -C old_tree`, carried with the call; the stage stops if it
+#     does not build) in place (AB_HDIMS, AB_DTYPES: 64;128 and bf16), runs AB_SCRIPT with AB_BASE_ARGS on it and on this tree,
 #     each in its own process, one after the other, AB_ROUNDS times (default 1)
 #
 #   FA4=1 STAGES=bench BENCH_ARGS="--impls ours,cudnn,fa4" scripts/gpu_check.sh  # carry peers/fa4
@@ -113,6 +114,11 @@ if has_stage ab; then
       python3 setup.py build_ext --inplace 2>&1 | grep -E "error|Error" ; true)
     # from /tmp, so that neither tree's directory shadows PYTHONPATH
     local root=$PWD
+    # a failed baseline build must stop the A/B: its "before" would not run the baseline's kernels
+    # (session 34's old_tree lacked build_config.py: its build failed unseen and its "before" numbers
+    # came from some other path than the baseline's kernels)
+    (cd /tmp && PYTHONPATH=$root/old_tree python3 -c "import flash_attn.ops as o; \
+assert o.has_cuda_kernels(), 'old_tree: ' + o.cuda_kernels_unavailable_reason()") || return 1
     for round in $(seq "${AB_ROUNDS:-1}"); do  # rounds alternate the two, so that drift shows
       (cd /tmp && PYTHONPATH=$root/old_tree python3 "$root/$AB_SCRIPT" --label before ${AB_BASE_ARGS:-})
       (cd /tmp && python3 "$root/$AB_SCRIPT" --label after ${AB_ARGS:-})
