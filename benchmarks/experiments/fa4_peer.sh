@@ -7,6 +7,9 @@
 #   benchmarks/experiments/fa4_peer.sh pack          # here, with network: peers/fa4/ (git-ignored)
 #   benchmarks/experiments/fa4_peer.sh unpack DIR    # there: installs into DIR once, prints the
 #                                                    # PYTHONPATH entries (also when DIR is there)
+#   benchmarks/experiments/fa4_peer.sh hold          # here, before a call that carries peers/fa4:
+#                                                    # moves HELD out of the checkout, prints the size
+#   benchmarks/experiments/fa4_peer.sh restore       # here, after the call: moves them back
 #
 # pack: the two libraries xz-compressed with the x86 filter (48.1 + 13.0 MB), the rest unpacked, trimmed
 # of what neither import nor kernel compilation reads (tvm-ffi's C++ sources, the cutlass profiler
@@ -23,6 +26,11 @@ RUNTIME=nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so
 WHEELS=(flash-attn-4==4.0.0b36 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1
         nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1 quack-kernels==0.6.5
         apache-tvm-ffi==0.1.15.post2 torch-c-dlpack-ext==0.1.5)
+
+# What a call carrying the pack leaves behind (tracked, so it would travel), and where it waits.
+HELD=(benchmarks/results benchmarks/NOTES.md tests)
+HOLD=peers/held
+LIMIT_BYTES=$((64 * 1024 * 1024))
 
 pack() {
   local work; work=$(mktemp -d)
@@ -59,8 +67,35 @@ unpack() {
   echo "$dest:$dest/nvidia_cutlass_dsl/dsl_packages"
 }
 
+travel_bytes() {  # tracked and untracked-not-ignored files present (du skips the held ones), plus the pack
+  local tree pack
+  tree=$({ git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- 2>/dev/null \
+    | tail -n 1 | cut -f1) || true
+  pack=$(du -cb "$PACK"/* | tail -n 1 | cut -f1)
+  echo $((tree + pack))
+}
+
+hold() {
+  [[ ! -e $HOLD ]] || { echo "$HOLD exists: restore first" >&2; exit 1; }
+  mkdir -p "$HOLD"
+  for path in "${HELD[@]}"; do mkdir -p "$HOLD/$(dirname "$path")"; mv "$path" "$HOLD/$path"; done
+  local bytes; bytes=$(travel_bytes)
+  echo "travels: $bytes bytes of $LIMIT_BYTES"
+  ((bytes < LIMIT_BYTES)) || { echo "over the limit: restore, and trim more" >&2; exit 1; }
+}
+
+restore() {
+  for path in "${HELD[@]}"; do
+    [[ ! -e $path ]] || { echo "$path exists: not overwritten" >&2; exit 1; }
+    mv "$HOLD/$path" "$path"
+  done
+  rm -rf "$HOLD"
+}
+
 case ${1:-} in
   pack) pack ;;
   unpack) unpack "${2:?unpack needs the install folder}" ;;
-  *) echo "usage: $0 pack | unpack DIR" >&2; exit 2 ;;
+  hold) hold ;;
+  restore) restore ;;
+  *) echo "usage: $0 pack | unpack DIR | hold | restore" >&2; exit 2 ;;
 esac
