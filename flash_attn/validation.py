@@ -154,6 +154,11 @@ def _cuda_capability(device_index):
     return torch.cuda.get_device_capability(device_index)
 
 
+def nvidia_gpu(device):
+    """Whether the device is an NVIDIA GPU (a CUDA device of a build without ROCm)."""
+    return device.type == "cuda" and torch.version.hip is None
+
+
 def cuda_capability(device):
     """(major, minor) of a CUDA device, cached per device index ("cuda" alone: the current device)."""
     return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device())

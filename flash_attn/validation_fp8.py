@@ -5,7 +5,7 @@ FlashAttention 3). Forward only: the CUDA fp8 forward on Hopper or the Triton ba
 
 import torch
 
-from .validation import check_typed_tensor, cuda_capability
+from .validation import check_typed_tensor, cuda_capability, nvidia_gpu
 
 FP8_DTYPE = torch.float8_e4m3fn
 DESCALE_NAMES = ("q_descale", "k_descale", "v_descale")
@@ -38,7 +38,7 @@ def check_fp8_call(q, dropout_p):
     if dropout_p != 0:
         raise ValueError(f"flash_attn: dropout_p must be 0 with float8_e4m3fn inputs (the fp8 path is forward-only, "
                          f"as in FlashAttention 3), got {dropout_p!r}")
-    if q.is_cuda and torch.version.hip is None and not torch.compiler.is_compiling():
+    if nvidia_gpu(q.device) and not torch.compiler.is_compiling():
         capability = cuda_capability(q.device)
         if tuple(capability) < MIN_FP8_CUDA_CAPABILITY:
             raise RuntimeError(f"flash_attn: float8_e4m3fn inputs need a GPU of compute capability 8.9 or newer "

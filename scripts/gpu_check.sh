@@ -37,7 +37,7 @@ summary=()
 LOG=$OUT/check.log
 if [[ -n ${FA4:-} ]]; then
   fa4_path=$(benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4) || exit 1
-  export PYTHONPATH=$fa4_path${PYTHONPATH:+:$PYTHONPATH}
+  export PYTHONPATH=$fa4_path${PYTHONPATH:+:$PYTHONPATH}  # this tree, then FA4 (fa4_peer.sh says why)
 fi
 # Per-stage time limits (seconds) so one stuck stage leaves time for the others' output.
 declare -A LIMIT=([build]=${BUILD_LIMIT:-300} [test]=${TEST_LIMIT:-300} [bench]=${BENCH_LIMIT:-240}

@@ -9,11 +9,10 @@ each timing:
   fa4 ran        FA4's forward and backward run once per cell (its kernels compiled and loaded)
   after fa4      each cell's FA4 timing immediately before ours, as the suite's rotation does
 
-    PYTHONPATH=$PWD:$(benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4) \
-        python benchmarks/experiments/fa4_coresidence.py
+    PYTHONPATH=$(benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4) python benchmarks/experiments/fa4_coresidence.py
 
-(this tree first: run as a script, sys.path[0] is this folder, and FA4's namespace folder flash_attn
-on PYTHONPATH would otherwise be the only flash_attn found before the installed one.)
+(from the repository's root: unpack puts this tree first, as a script run from a folder without
+flash_attn would otherwise find FA4's namespace folder of that name before the installed package.)
 """
 
 import statistics

@@ -6,7 +6,9 @@
 #
 #   benchmarks/experiments/fa4_peer.sh pack          # here, with network: peers/fa4/ (git-ignored)
 #   benchmarks/experiments/fa4_peer.sh unpack DIR    # there: installs into DIR once, prints the
-#                                                    # PYTHONPATH entries (also when DIR is there)
+#                                                    # PYTHONPATH (also when DIR is there): this
+#                                                    # tree first, or a script run from elsewhere
+#                                                    # finds FA4's namespace folder flash_attn first
 #   benchmarks/experiments/fa4_peer.sh hold          # here, before a call that carries peers/fa4:
 #                                                    # moves HELD out of the checkout, prints the size
 #   benchmarks/experiments/fa4_peer.sh restore       # here, after the call: moves them back
@@ -64,7 +66,7 @@ unpack() {
     touch "$dest/.unpacked"
   fi
   # the cutlass wheel's .pth puts its dsl_packages on sys.path, which PYTHONPATH does not read
-  echo "$dest:$dest/nvidia_cutlass_dsl/dsl_packages"
+  echo "$PWD:$dest:$dest/nvidia_cutlass_dsl/dsl_packages"
 }
 
 travel_bytes() {  # tracked and untracked-not-ignored files present (du skips the held ones), plus the pack

@@ -4,7 +4,8 @@
 # seqlen = 16k). Each profile goes to $OUT/ncu_<who>_<pass>_hd<hd>_<seqlen>_c<causal>.txt.
 # Usage: benchmarks/experiments/ncu_shapes.sh "HD:SEQLEN:CAUSAL:PASS:WHO ..."
 #   PASS fwd | bwd, WHO ours | ours-det (deterministic=True) | ours-fp8 (e4m3 q, k, v; forward) | cudnn |
-#   fa4 (FlashAttention 4: FA4=1, the pack of benchmarks/experiments/fa4_peer.sh carried); e.g.
+#   fa4 (FlashAttention 4: FA4=1, the pack of benchmarks/experiments/fa4_peer.sh carried; not yet run
+#   on a GPU); e.g.
 #   "128:16384:0:fwd:ours 128:512:1:fwd:cudnn"
 #   SKIP_BUILD=1 keeps the installed build; FLASH_ATTN_HDIMS as for the build (default "64;128;256").
 #   SECTIONS overrides the ncu sections (default: throughput, memory, occupancy, scheduler, warp states,
@@ -14,9 +15,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/ncu_out}
 mkdir -p "$OUT"
-if [[ -n ${FA4:-} ]]; then  # this tree first: a script run from /tmp would find FA4's namespace folder
-  fa4_path=$(benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4) || exit 1
-  export PYTHONPATH=$PWD:$fa4_path
+if [[ -n ${FA4:-} ]]; then  # this tree, then FA4 (fa4_peer.sh says why)
+  export PYTHONPATH=$(benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4) || exit 1
 fi
 [[ ${SKIP_BUILD:-0} == 1 ]] || FLASH_ATTN_HDIMS=${FLASH_ATTN_HDIMS:-"64;128;256"} FLASH_ATTN_DTYPES=bf16 \
   NVCC_APPEND_FLAGS=-lineinfo STAGES=build scripts/gpu_check.sh | tail -n 3

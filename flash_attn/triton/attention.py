@@ -19,7 +19,7 @@ import triton
 
 from .. import dropout as dropout_lib
 from ..ops import FP8_OUT_DTYPE
-from ..validation import cuda_capability
+from ..validation import cuda_capability, nvidia_gpu
 from . import fp8_kernels, kernels, poison, tuning
 from .scratch import launch_with_scratch
 
@@ -126,14 +126,9 @@ NVIDIA_16BIT_KV_DESCRIPTORS = {
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
-def _nvidia(device):
-    """Whether the device is an NVIDIA GPU (a CUDA device of a build without ROCm)."""
-    return device.type == "cuda" and torch.version.hip is None
-
-
 def _nvidia_16bit(dtype, device):
     """Whether the NVIDIA 16-bit tiles apply: fp16 / bf16 tensors on an NVIDIA GPU."""
-    return _nvidia(device) and dtype in SIXTEEN_BIT
+    return nvidia_gpu(device) and dtype in SIXTEEN_BIT
 
 
 def _launch_options(tile, block_d):
@@ -187,7 +182,7 @@ def _kv_described(k, v, pr, right_window):
 def _has_tma(device):
     """Whether the device is an NVIDIA GPU that copies with TMA (compute capability 9.0 and later; not
     ROCm, whose MI300 also reports a major version of 9)."""
-    return _nvidia(device) and cuda_capability(device)[0] >= 9
+    return nvidia_gpu(device) and cuda_capability(device)[0] >= 9
 
 
 def _tma_addressable(t):
