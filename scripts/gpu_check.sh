@@ -4,6 +4,7 @@
 #   scripts/gpu_check.sh                 # all stages
 #   STAGES="build test" scripts/gpu_check.sh
 #   PYTEST_ARGS="-k fwd" BENCH_ARGS="--suite speed" scripts/gpu_check.sh
+#   TEST_PATHS="tests/test_gpu_sm90.py tests/test_gpu_features.py" TEST_K="sm90 or determin" scripts/gpu_check.sh
 #   STAGES="sweep" scripts/gpu_check.sh  # tile sweep only (benchmarks/experiments/tile_sweep.cu)
 #   STAGES="build sanitize" scripts/gpu_check.sh  # compute-sanitizer memcheck of the varlen and kvcache bad-metadata tests
 #   STAGES="triton" scripts/gpu_check.sh  # the Triton backend's tests alone (tests/test_triton_*.py, no build
@@ -77,8 +78,10 @@ if has_stage build; then
   stage build bash -c build; cat /tmp/.stage.log
 fi
 if has_stage test; then
-  stage test python3 -m pytest -q --maxfail=10 --durations=15 -p no:cacheprovider tests \
-    --ignore-glob='tests/test_triton_*.py' ${PYTEST_ARGS:-}
+  # TEST_PATHS narrows what is collected (default: tests/ whole); TEST_K is pytest's -k expression,
+  # apart from PYTEST_ARGS because an expression with spaces does not survive word splitting
+  stage test python3 -m pytest -q --maxfail=10 --durations=15 -p no:cacheprovider ${TEST_PATHS:-tests} \
+    --ignore-glob='tests/test_triton_*.py' ${TEST_K:+-k "$TEST_K"} ${PYTEST_ARGS:-}
   tail -n 40 /tmp/.stage.log
 fi
 if has_stage triton; then
