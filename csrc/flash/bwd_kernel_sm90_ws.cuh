@@ -10,11 +10,15 @@
 //     and for the add's completion before it lets the next key block add: the waits that stalled
 //     the math warps of the cp.async kernel (benchmarks/NOTES.md v8, v13). kDqBuffers shared dQ
 //     tiles let the math warpgroups run that many blocks ahead of the writer.
-//   Math warpgroups: bwd_sm90_step.cuh's phases, synchronized with each other by a named barrier
-//     (dS^T written) and with the dQ writer by a full / empty pair of named barriers per dQ tile
-//     (the empty one, which all math warps sync on after their dQ MMAs, also tells them that sdS
-//     is free for the next block's dS^T). A block's dK MMAs run under its dQ store; its stage is
-//     released once they are done. The producer warpgroup hands its registers to them (setmaxnreg).
+//   Math warpgroups: bwd_sm90_step.cuh's phases, synchronized with each other once a block, by a
+//     named barrier (dS^T written), and with the dQ writer by a full barrier per dQ tile (both
+//     warpgroups arrive, the writer waits) and an empty one per dQ tile and warpgroup (the writer
+//     arrives, that warpgroup waits), so that neither warpgroup waits for the other at its dQ
+//     store (FlashAttention 4's hand-off; a shared empty barrier made them meet twice a block).
+//     dS^T has two buffers, alternating by block: block i + 2 writes block i's after every warp
+//     passed block i + 1's dS^T barrier, which each reaches only once its block-i dQ MMAs, the
+//     buffer's readers, are done. A block's dK MMAs run under its dQ store; its stage is released
+//     once they are done. The producer warpgroup hands its registers to them (setmaxnreg).
 // Varlen: a TMA box cannot stop at a sequence's end, so Q / dO rows past it are the next
 // sequence's (or zeros past the tensor) and so are K / V rows; the mask gives those pairs
 // probability 0 (lse and dsum arrive as 0 there), so they add nothing to dK, dV or dQ.
@@ -40,8 +44,9 @@ struct BwdWsConfig : BwdSm90Config<kHeadDim_, kBlockM_, kStages_, 2, kDvAfterDs_
   static constexpr int kDqBuffers = kDqBuffers_;
   static_assert(kDqBuffers == 1 || kDqBuffers == 2, "one or two shared dQ tiles");
   static_assert(Base::kBlockN <= 256 && kBlockM_ <= 256 && kHeadDim_ % 64 == 0, "TMA boxes: <= 256 rows, 64 columns");
-  // K, V, dS^T, the stages, the dQ tiles (all 1024-byte aligned), then the mbarriers.
-  static constexpr int kStageOffset = 2 * Base::KVTile::kBytes + Base::DsTile::kBytes;
+  // K, V, two dS^T tiles, the stages, the dQ tiles (all 1024-byte aligned), then the mbarriers.
+  static constexpr int kDsBuffers = 2;
+  static constexpr int kStageOffset = 2 * Base::KVTile::kBytes + kDsBuffers * Base::DsTile::kBytes;
   static constexpr int kDqOffset = kStageOffset + kStages_ * Base::kStageBytes;
   static constexpr int kBarrierOffset = kDqOffset + kDqBuffers * Base::kDqTileBytes;
   static constexpr int kBarriers = 1 + 2 * kStages_;  // K/V full; per stage full, empty
@@ -55,7 +60,8 @@ struct BwdWsBarriers {
   static constexpr int kDsFree = 1;     // every math warp is done with dS^T (the epilogue's)
   static constexpr int kDsWritten = 2;  // every math warp has written this block's dS^T
   static constexpr int kDqFull = 3;     // + buffer: the math warps wrote the dQ tile
-  static constexpr int kDqEmpty = 5;    // + buffer: the writer has read it out
+  static constexpr int kDqEmpty = 5;    // + 2 buffer + warpgroup: the writer has read the tile out
+  static constexpr int kDqEmptyThreads = arch::kWarpgroupThreads + arch::kWarpSize;
 };
 
 // What both warp-specialized backward kernels keep at the same places of their shared memory: K and
@@ -92,7 +98,9 @@ struct BwdRingSmem {
 template <typename Cfg>
 struct BwdWsSmem : BwdRingSmem<Cfg> {
   using BwdRingSmem<Cfg>::base;
-  __device__ __forceinline__ char* ds() const { return this->v() + Cfg::KVTile::kBytes; }
+  __device__ __forceinline__ char* ds(int buffer) const {
+    return this->v() + Cfg::KVTile::kBytes + buffer * Cfg::DsTile::kBytes;
+  }
   __device__ __forceinline__ float* dq(int buffer) const {
     return reinterpret_cast<float*>(base + Cfg::kDqOffset + buffer * Cfg::kDqTileBytes);
   }
@@ -142,13 +150,19 @@ __device__ __forceinline__ void load_bwd_walk(const Smem& s, const BwdParams& p,
 // lane 0 adds it into dq_accum (in the key block's turn when deterministic) and the warp hands the
 // tile back as soon as the bulk copy has read it. Every arrive on a dQ-empty barrier meets one
 // wait of the math warps: one before each tile's first use, one after each add but the last.
+template <typename Cfg>
+__device__ __forceinline__ void hand_back_dq_tile(int buffer) {
+#pragma unroll
+  for (int warpgroup = 0; warpgroup < 2; ++warpgroup)
+    arch::named_barrier_arrive(BwdWsBarriers::kDqEmpty + 2 * buffer + warpgroup, BwdWsBarriers::kDqEmptyThreads);
+}
+
 template <typename Cfg, typename KeyBlock>
 __device__ __forceinline__ void write_bwd_dq(const BwdWsSmem<Cfg>& s, const BwdParams& p, const KeyBlock& kb,
                                              int lane) {
   constexpr int kSyncThreads = Cfg::kMathThreads + arch::kWarpSize;
   const int steps = kb.query_blocks();
-  for (int buffer = 0; buffer < Cfg::kDqBuffers && buffer < steps; ++buffer)
-    arch::named_barrier_arrive(BwdWsBarriers::kDqEmpty + buffer, kSyncThreads);
+  for (int buffer = 0; buffer < Cfg::kDqBuffers && buffer < steps; ++buffer) hand_back_dq_tile<Cfg>(buffer);
   int m_block = kb.m_start;
   for (int step = 0; step < steps; ++step, m_block = kb.query_block_after(m_block, 1)) {
     const int buffer = step % Cfg::kDqBuffers;
@@ -159,7 +173,7 @@ __device__ __forceinline__ void write_bwd_dq(const BwdWsSmem<Cfg>& s, const BwdP
       arch::bulk_wait_source_read<0>();
     }
     arch::warp_sync();
-    if (step + Cfg::kDqBuffers < steps) arch::named_barrier_arrive(BwdWsBarriers::kDqEmpty + buffer, kSyncThreads);
+    if (step + Cfg::kDqBuffers < steps) hand_back_dq_tile<Cfg>(buffer);
     if (lane == 0) release_dq_tile(turn);  // deterministic: once the add is complete
   }
   if (lane == 0) arch::bulk_wait_complete<0>();
@@ -184,14 +198,15 @@ __device__ __forceinline__ void compute_bwd_walk(const BwdWsSmem<Cfg>& s, const 
     const int buffer = step % Cfg::kDqBuffers;
     const QueryStageSm90<Cfg> stage = s.stage(slot.slot);
     arch::mbarrier_wait_parity(s.stage_full(slot.slot), slot.parity);
+    char* sdS = s.ds(step % Cfg::kDsBuffers);
     uint32_t dscores_a[1][Cfg::kBlockM / 16][4];  // dS^T, the A operand of dK's MMAs
-    // No barrier before the dS^T store: every math warp passed the previous block's dQ-empty barrier
-    // (a sync of all of them) after its dQ MMAs, the readers of sdS, were done.
-    kv_gradients_sm90<T, Cfg, kScoreExtras>(grads, p, kb, mod, dropout, s.k(), s.v(), s.ds(), stage,
+    // No barrier before the dS^T store: this buffer's readers, two blocks back, were done before
+    // their warps reached the last block's dS^T barrier (the header says why).
+    kv_gradients_sm90<T, Cfg, kScoreExtras>(grads, p, kb, mod, dropout, s.k(), s.v(), sdS, stage,
                                             m_block * Cfg::kBlockM, at, dscores_a, [] {});
     arch::named_barrier_sync(BwdWsBarriers::kDsWritten, kMath);
-    dq_part_sm90<T, Cfg, /*kDkInFlight=*/true>(grads, dscores_a, stage, s.ds(), s.k(), s.dq(buffer), at, [] {}, [&] {
-      arch::named_barrier_sync(BwdWsBarriers::kDqEmpty + buffer, kSyncThreads);
+    dq_part_sm90<T, Cfg, /*kDkInFlight=*/true>(grads, dscores_a, stage, sdS, s.k(), s.dq(buffer), at, [] {}, [&] {
+      arch::named_barrier_sync(BwdWsBarriers::kDqEmpty + 2 * buffer + at.warpgroup, BwdWsBarriers::kDqEmptyThreads);
     });
     arch::named_barrier_arrive(BwdWsBarriers::kDqFull + buffer, kSyncThreads);
     wait_for_dk(grads);  // dK's MMAs ran under the dQ store; then the stage is free
