@@ -114,22 +114,6 @@ struct BwdHeadSplitGradients {
   float dv[1][kCols / 8][4];
 };
 
-// Writes a warp's P^T, packed as A fragments (accumulators_to_a_fragments: k-step ks holds
-// accumulator atoms 2 ks and 2 ks + 1) into the ScoreTile at (key0, query0).
-template <typename Cfg, int KS>
-__device__ __forceinline__ void store_packed_probs(char* tile, const uint32_t (&a)[1][KS][4], int key0, int query0,
-                                                   int lane) {
-#pragma unroll
-  for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int key = key0 + arch::acc_row(lane, 2 * h), query = query0 + (2 * ks + half) * 8 + arch::acc_col(lane, 0);
-        *reinterpret_cast<uint32_t*>(tile + Cfg::ScoreTile::byte_offset(key, query)) = a[0][ks][2 * half + h];
-      }
-}
-
 // acc (64 keys or queries x kCols = 8 kNT) = / += A (a_view(ks): a ScoreTile view per k-step) . B (BTile's
 // columns col0.. read MN-major), over the block's 64 queries or keys, as one wgmma group.
 template <typename T, bool kTransA, typename BTile, int kNT, typename AView>
@@ -185,7 +169,7 @@ __device__ __forceinline__ void head_split_step(BwdHeadSplitGradients<kCols>& gr
   uint32_t probs_a[1][kNT / 2][4];  // P^T * Z (1 / keep_prob: at the end)
   arch::accumulators_to_a_fragments<T>(probs_a, scores_t);
   if (kScoreExtras && dropout.enabled) drop_packed_probs(probs_a, drop_tests);
-  store_packed_probs<Cfg>(sP, probs_a, at.key0, at.query0, lane);
+  arch::store_a_fragments<ScoreTile>(sP, at.key0, at.query0, probs_a, lane);
   arch::fence_proxy_async();
   arch::named_barrier_sync(BwdHeadSplitBarriers::kProbsWritten, kMath);
   // 2. dV += P^T.dO, under the dS^T math.
@@ -197,7 +181,9 @@ __device__ __forceinline__ void head_split_step(BwdHeadSplitGradients<kCols>& gr
   const DscoreContext<1, kNT> ctx{mod, kScoreExtras && dropout.enabled ? &drop_tests : nullptr, dropout.keep_scale,
                                   key, m0};
   dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, at.query0, p.fwd, ctx, lane);
-  store_dscores_sm90<T, ScoreTile>(sdS, dprobs_t, at.key0, at.query0, lane);
+  uint32_t dscores_a[1][kNT / 2][4];  // dS^T packed as P^T is, for the same store
+  arch::accumulators_to_a_fragments<T>(dscores_a, dprobs_t);
+  arch::store_a_fragments<ScoreTile>(sdS, at.key0, at.query0, dscores_a, lane);
   arch::fence_proxy_async();
   arch::named_barrier_sync(BwdHeadSplitBarriers::kDsWritten, kMath);
   // dK += dS^T.Q; 3. dQ = dS.K.

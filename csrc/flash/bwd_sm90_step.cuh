@@ -21,7 +21,8 @@
 // in a fixed order of key blocks when deterministic, dq_order.cuh): per-element atomics from every
 // thread kept L2 two-thirds busy and stalled the warps that issued them (ncu, benchmarks/NOTES.md).
 // K, V, Q and dO use the 128-byte swizzled layout of arch/sm90_swizzled_tile.cuh, dS^T the
-// core-matrix layout of arch/sm90_wgmma.cuh (written from registers).
+// core-matrix layout of arch/sm90_wgmma.cuh (written from dK's A fragments by stmatrix,
+// arch::store_a_fragments).
 #pragma once
 
 #include "arch/sm90_bulk.cuh"
@@ -145,28 +146,11 @@ __device__ __forceinline__ void issue_kv_gradient_sm90(float (&acc)[1][Cfg::kHea
   arch::wgmma_commit();
 }
 
-// Writes a warp's dS^T fragment (16 keys from key0 x 8*NT queries from query0) into a CoreTile
-// (rows keys, columns queries) as T. A lane's 2 x NT addresses are one base and compile-time steps:
-// 8 rows further is the next core matrix, 8 columns further the next chunk. (Written per (nt, h),
-// the 16 addresses were hoisted out of the query walk by ptxas and spilled: ~10 local loads per
-// step in the hd 128 backward, benchmarks/NOTES.md v23.)
-template <typename T, typename Tile, int NT>
-__device__ __forceinline__ void store_dscores_sm90(char* sdS, const float (&dscores_t)[1][NT][4], int key0, int query0,
-                                                   int lane) {
-  static_assert(arch::kCoreRows == 8, "rows 8 apart are one core matrix apart");
-  char* base = sdS + Tile::byte_offset(key0 + arch::acc_row(lane, 0), query0 + arch::acc_col(lane, 0));
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      *reinterpret_cast<uint32_t*>(base + h * arch::kCoreBytes + nt * Tile::kChunkBytes) =
-          arch::pack_pair<T>(dscores_t[0][nt][2 * h], dscores_t[0][nt][2 * h + 1]);
-}
-
 // Writes a warp's dQ fragment (rows row0.., columns col0.. of the query block) into the shared
 // copy of the dq_accum tile, in dq_accum's layout. Rows 8 apart share their swizzle, and 32 columns
 // further is 8 whole units further (the swizzle only permutes a row's units within groups of 8), so
-// a lane needs 4 addresses (nt % 4) plus compile-time steps, not 2 x NT (see store_dscores_sm90).
+// a lane needs 4 addresses (nt % 4) plus compile-time steps, not 2 x NT (per-fragment addresses
+// were hoisted out of the query walk by ptxas and spilled: benchmarks/NOTES.md v23).
 template <typename Cfg, int NT>
 __device__ __forceinline__ void store_dq_sm90(float* sdQ, const float (&dq)[1][NT][4], int row0, int col0, int lane) {
   using Accum = DqAccum<Cfg::kHeadDim>;
@@ -275,9 +259,9 @@ __device__ __forceinline__ void kv_gradients_sm90(BwdSm90Gradients<Cfg>& grads, 
                                        n0 + at.warp_key0, m0};
   dscores_from_dprobs(dprobs_t, scores_t, stage.dsum, stage.lse, 0, p.fwd, ctx, lane);
   if constexpr (Cfg::kDvAfterDs) issue_kv_gradient_sm90<T, Cfg>(grads.dv, probs_a, stage.dout);  // dV += P^T.dO
-  store_dscores_sm90<T, typename Cfg::DsTile>(sdS, dprobs_t, at.warp_key0, 0, lane);
-  arch::fence_proxy_async();
   arch::accumulators_to_a_fragments<T>(dscores_a, dprobs_t);
+  arch::store_a_fragments<typename Cfg::DsTile>(sdS, at.warp_key0, 0, dscores_a, lane);
+  arch::fence_proxy_async();
 }
 
 // Phase 3 for one warpgroup, once every warpgroup's dS^T is in sdS: its part of dQ = dS.K over all

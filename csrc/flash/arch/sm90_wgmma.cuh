@@ -175,6 +175,28 @@ struct CoreTile {
   }
 };
 
+// A warp's 16-bit A fragments (16 rows from row0 x 16 KS columns from col0, as
+// accumulators_to_a_fragments packs them) into a CoreTile Tile. Register r of k-step ks is one 8 x 8
+// matrix in stmatrix's layout (lane 4g + t holds row g's elements 2t, 2t + 1): rows row0 + 8 (r % 2),
+// columns col0 + 16 ks + 8 (r / 2), which is one core matrix of the tile, 8 rows of 16 contiguous
+// bytes. So one stmatrix.x4 per k-step (lane l names row l % 8 of matrix l / 8), where 32-bit stores
+// take four, and each matrix's 128 bytes are contiguous: no bank conflicts. The next k-step is two
+// column chunks further. row0 and col0: multiples of 8. The caller fences the async proxy before a
+// wgmma reads the tile.
+template <typename Tile, int KS>
+__device__ __forceinline__ void store_a_fragments(void* tile, int row0, int col0, const uint32_t (&a)[1][KS][4],
+                                                  int lane) {
+  const int matrix = lane / 8;
+  const uint32_t base =
+      smem_address(tile) + Tile::byte_offset(row0 + 8 * (matrix % 2) + lane % 8, col0 + 8 * (matrix / 2));
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     base + ks * 2 * Tile::kChunkBytes),
+                 "r"(a[0][ks][0]), "r"(a[0][ks][1]), "r"(a[0][ks][2]), "r"(a[0][ks][3])
+                 : "memory");
+}
+
 // Issues cp.async copies of rows [0, rows_valid) x cols [0, cols_valid) of a global tile (rows
 // row_stride elements apart) into a CoreTile; the rest is zero-filled. Caller commits and waits.
 // Each warp fills 4 core matrices per pass (8 rows x 4 chunks): its 32 16-byte writes cover 4
