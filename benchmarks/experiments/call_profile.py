@@ -1,11 +1,12 @@
 """Where the time of one attention call goes, ours against SDPA cuDNN's: torch.profiler's CUDA kernel
-table of 10 backward calls (torch.autograd.grad of one forward, graph retained) or, with --pass fwd, 10
-forward calls; bf16, hidden 2048, batch x seqlen = 16k tokens (the speed suite's shapes), hd 128 by
+table of 10 backward calls (torch.autograd.grad of one forward, graph retained), with --pass fwd 10
+forward calls, with --pass step 10 training steps (forward and its backward, the speed suite's fwd+bwd
+cell), each table under the wall time of one call by CUDA events, so a gap the kernels do not fill shows; bf16, hidden 2048, batch x seqlen = 16k tokens (the speed suite's shapes), hd 128 by
 default: the main kernel and what else each call launches (in our backward the preprocess, which also
 clears dq_accum, and the dQ convert pass).
 
-    python benchmarks/experiments/call_profile.py [--pass bwd] [--headdim 128] [--seqlens 512 1024 4096]
-        [--only ours]
+    python benchmarks/experiments/call_profile.py [--pass bwd|fwd|step] [--headdim 128]
+        [--seqlens 512 1024 4096] [--causal both|no|yes] [--only ours]
 """
 
 import argparse
@@ -26,15 +27,34 @@ def cudnn(q, k, v, causal):
                                               is_causal=causal).transpose(1, 2)
 
 
-def profile_calls(attention, forward_only, seqlen, headdim, causal):
+def profile_calls(attention, pass_, seqlen, headdim, causal):
     heads, batch = HIDDEN // headdim, TOKENS // seqlen
     q, k, v = (torch.randn(batch, seqlen, heads, headdim, device="cuda", dtype=torch.bfloat16,
-                           requires_grad=not forward_only) for _ in range(3))
-    if forward_only:
-        return kernel_table(lambda: attention(q, k, v, causal))
-    out = attention(q, k, v, causal)
-    dout = torch.randn_like(out)
-    return kernel_table(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+                           requires_grad=pass_ != "fwd") for _ in range(3))
+    if pass_ == "fwd":
+        call = lambda: attention(q, k, v, causal)  # noqa: E731
+    else:
+        out = attention(q, k, v, causal)
+        dout = torch.randn_like(out)
+        if pass_ == "bwd":
+            call = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
+        else:
+            call = lambda: torch.autograd.grad(attention(q, k, v, causal), (q, k, v), dout)  # noqa: E731
+    return f"wall time of one call: {wall_ms(call):.3f} ms\n" + kernel_table(call)
+
+
+def wall_ms(call, calls=CALLS, warmups=3):
+    """Mean ms of one call(), by CUDA events around `calls` back-to-back calls."""
+    for _ in range(warmups):
+        call()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(calls):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / calls
 
 
 def profiled(call, calls=CALLS, warmups=3):
@@ -59,17 +79,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--headdim", type=int, default=128)
     parser.add_argument("--seqlens", nargs="+", type=int, default=(512, 1024, 4096))
-    parser.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="bwd")
+    parser.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "step"), default="bwd")
+    parser.add_argument("--causal", choices=("both", "no", "yes"), default="both")
     parser.add_argument("--only", choices=("ours", "cudnn"), help="profile one of the two")
     args = parser.parse_args()
     attentions = {"ours": lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal), "cudnn": cudnn}
     if args.only:
         attentions = {args.only: attentions[args.only]}
     for seqlen in args.seqlens:
-        for causal in (False, True):
+        for causal in {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]:
             for name, attention in attentions.items():
                 print(f"=== {name}: hd {args.headdim} seqlen {seqlen} causal {causal}, {CALLS} {args.pass_} calls")
-                print(profile_calls(attention, args.pass_ == "fwd", seqlen, args.headdim, causal))
+                print(profile_calls(attention, args.pass_, seqlen, args.headdim, causal))
 
 
 if __name__ == "__main__":
