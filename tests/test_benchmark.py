@@ -915,6 +915,22 @@ def test_bench_times_entries_alone_without_a_together_timer():
     assert measure.cuda_bench(measure.Timer(), 0, print).steps_together_timer is not None
 
 
+def test_timer_idles_the_drained_gpu_before_each_measurement(monkeypatch):
+    """--idle-ms: the queue is drained, then the GPU left idle, before the measurement starts; 0 skips both."""
+    events = []
+    monkeypatch.setattr(measure.torch.cuda, "synchronize", lambda: events.append("sync"))
+    monkeypatch.setattr(measure.time, "sleep", lambda seconds: events.append(("sleep", seconds)))
+    timer = measure.Timer(warmup_ms=1, rep_ms=1, idle_ms=250)
+    timer._do_bench = lambda fn, **kwargs: events.append("measure") or 1.5
+    assert timer(lambda: None) == 1.5
+    assert events == ["sync", ("sleep", 0.25), "measure"]
+    assert "idle 250 ms" in timer.describe()
+    events.clear()
+    timer.idle_ms = 0
+    timer(lambda: None)
+    assert events == ["measure"]
+
+
 def test_features_call_ours_with_each_feature(stand_in_ours):
     suites.RUNNERS["features"](_cpu_bench(), _tiny_plan())
     options = [opts for _, opts in stand_in_ours]

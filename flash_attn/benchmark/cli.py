@@ -64,6 +64,9 @@ def parse_args(argv=None):
     parser.add_argument("--no-plots", action="store_true", help="write no PNG files")
     parser.add_argument("--warmup-ms", type=float, default=25.0, help="warm-up time per measurement, ms (default 25)")
     parser.add_argument("--rep-ms", type=float, default=100.0, help="timed time per measurement, ms (default 100)")
+    parser.add_argument("--idle-ms", type=float, default=0.0,
+                        help="the GPU left idle before each measurement, ms (default 0), so a peer that ran at "
+                             "the power cap just before does not lower the next one's clock")
     return parser.parse_args(argv)
 
 
@@ -112,7 +115,7 @@ def _write_outputs(out_dir, metadata, suites, suite, plt):
 
 
 def gpu_run(args, plan, argv):
-    timer = Timer(args.warmup_ms, args.rep_ms)
+    timer = Timer(args.warmup_ms, args.rep_ms, args.idle_ms)
     bench = cuda_bench(timer, plan.materialized_cap_bytes, progress)
     metadata = collect_metadata(timer.describe(), argv)
     metadata["set"] = describe_plan(plan)

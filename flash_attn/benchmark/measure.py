@@ -36,11 +36,18 @@ ERROR_CHARS = 500  # of an error message kept in the JSON
 class Timer:
     """Median time of a callable in milliseconds: triton.testing.do_bench when triton is importable
     (the tool the published numbers used), else CUDA events with the same warm-up, repeat count and
-    L2 flush. warmup_ms and rep_ms are the time spent warming up and timing, as in do_bench."""
+    L2 flush. warmup_ms and rep_ms are the time spent warming up and timing, as in do_bench.
 
-    def __init__(self, warmup_ms=25, rep_ms=100):
+    idle_ms: the GPU is left idle this long before each measurement. At the power cap (700 W on the
+    H100 / H200) a kernel that draws more leaves the clock lowered for whatever runs next: timed one
+    after the other, an implementation read 5-15% slower in the cells where it ran right after
+    FlashAttention 4's, and FA4's as much where it ran right after ours (benchmarks/NOTES.md v40);
+    the gap gives every measurement the same starting state."""
+
+    def __init__(self, warmup_ms=25, rep_ms=100, idle_ms=0):
         self.warmup_ms = warmup_ms
         self.rep_ms = rep_ms
+        self.idle_ms = idle_ms
         try:
             from triton.testing import do_bench
         except ImportError:
@@ -50,8 +57,15 @@ class Timer:
 
     def describe(self):
         method = "triton.testing.do_bench" if self._do_bench else "CUDA events"
-        return (f"{method}, median, warm-up {self.warmup_ms} ms, rep {self.rep_ms} ms, L2 flushed per run; "
+        return (f"{method}, median, warm-up {self.warmup_ms} ms, rep {self.rep_ms} ms, L2 flushed per run, "
+                f"the GPU idle {self.idle_ms} ms before each measurement; "
                 f"the speedup suite and the host-overhead rows: {BACK_TO_BACK_DESCRIPTION}")
+
+    def _idle(self):
+        """Drain the queue, then leave the GPU idle for idle_ms."""
+        if self.idle_ms > 0:
+            torch.cuda.synchronize()
+            time.sleep(self.idle_ms / 1000)
 
     def back_to_back(self, fn):
         """Median over BACK_TO_BACK_BLOCKS blocks of the mean time per call of fn called back to back
@@ -64,6 +78,7 @@ class Timer:
         return _interleaved_back_to_back_ms(entries, self.warmup_ms, self.rep_ms)
 
     def __call__(self, fn):
+        self._idle()
         if self._do_bench is not None:
             return float(self._do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median"))
         return _events_median_ms(fn, self.warmup_ms, self.rep_ms)
