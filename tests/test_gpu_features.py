@@ -224,6 +224,7 @@ def test_sanitizer_varlen_offsets_past_the_tensors(monkeypatch, forward):
 @pytest.mark.parametrize("forward", ["ws", "cpasync"])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_sanitizer_varlen_lengths_zero_and_one(monkeypatch, deterministic, forward):
+    require_kernel(torch.bfloat16, 64)
     _sanitizer_forward(monkeypatch, forward)
     check_varlen(Mods(causal=True, window_size=(7, 3), softcap=5.0, alibi="batch", dropout_p=0.1,
                       deterministic=deterministic), [0, 1, 33, 0, 70], [1, 0, 40, 5, 65], 4, 2, 64,
