@@ -46,7 +46,7 @@ def parse_args(argv=None):
     chosen.add_argument("--quick", dest="full", action="store_false",
                         help="the quick set (default): bf16, headdims 64 and 128, seqlens 512/2k/8k (+16k for hd128 "
                              "non-causal), a memory sweep to 8k, the decode suite, the feature comparisons; about 2 "
-                             "minutes on an H100")
+                             "minutes on an H100 before --idle-ms (more with it; not yet timed)")
     chosen.add_argument("--full", dest="full", action="store_true",
                         help="the full set: bf16 and fp16, headdims 64/128/256, seqlens 512 to 16k; 10+ minutes")
     parser.add_argument("--suite", type=name_list, default=SUITES, metavar="LIST",
@@ -64,9 +64,10 @@ def parse_args(argv=None):
     parser.add_argument("--no-plots", action="store_true", help="write no PNG files")
     parser.add_argument("--warmup-ms", type=float, default=25.0, help="warm-up time per measurement, ms (default 25)")
     parser.add_argument("--rep-ms", type=float, default=100.0, help="timed time per measurement, ms (default 100)")
-    parser.add_argument("--idle-ms", type=float, default=0.0,
-                        help="the GPU left idle before each measurement, ms (default 0), so a peer that ran at "
-                             "the power cap just before does not lower the next one's clock")
+    parser.add_argument("--idle-ms", type=float, default=250.0,
+                        help="the GPU left idle before each measurement, ms (default 250), so a peer that ran at "
+                             "the power cap just before does not lower the next one's clock; 0 as before "
+                             "2026-11-28")
     return parser.parse_args(argv)
 
 
