@@ -1,9 +1,10 @@
 """Where the time of one attention call goes, ours against SDPA cuDNN's: torch.profiler's CUDA kernel
 table of 10 backward calls (torch.autograd.grad of one forward, graph retained), with --pass fwd 10
 forward calls, with --pass step 10 training steps (forward and its backward, the speed suite's fwd+bwd
-cell), each table under the wall time of one call by CUDA events, so a gap the kernels do not fill shows; bf16, hidden 2048, batch x seqlen = 16k tokens (the speed suite's shapes), hd 128 by
-default: the main kernel and what else each call launches (in our backward the preprocess, which also
-clears dq_accum, and the dQ convert pass).
+cell), each table under the time of one call back to back (Timer.back_to_back), so that a gap the
+kernels do not fill shows; bf16, hidden 2048, batch x seqlen = 16k tokens (the speed suite's shapes),
+hd 128 by default: the main kernel and what else each call launches (in our backward the preprocess,
+which also clears dq_accum, and the dQ convert pass).
 
     python benchmarks/experiments/call_profile.py [--pass bwd|fwd|step] [--headdim 128]
         [--seqlens 512 1024 4096] [--causal both|no|yes] [--only ours]
@@ -17,6 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 from flash_attn import flash_attn_func
+from flash_attn.benchmark.measure import Timer
 
 HIDDEN, TOKENS, CALLS = 2048, 16384, 10
 
@@ -40,21 +42,7 @@ def profile_calls(attention, pass_, seqlen, headdim, causal):
             call = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
         else:
             call = lambda: torch.autograd.grad(attention(q, k, v, causal), (q, k, v), dout)  # noqa: E731
-    return f"wall time of one call: {wall_ms(call):.3f} ms\n" + kernel_table(call)
-
-
-def wall_ms(call, calls=CALLS, warmups=3):
-    """Mean ms of one call(), by CUDA events around `calls` back-to-back calls."""
-    for _ in range(warmups):
-        call()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(calls):
-        call()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls
+    return f"time of one call, back to back: {Timer().back_to_back(call):.3f} ms\n" + kernel_table(call)
 
 
 def profiled(call, calls=CALLS, warmups=3):

@@ -43,8 +43,8 @@ class Timer:
     after the other, an implementation read 5-15% slower in the cells where it ran right after
     FlashAttention 4's, and FA4's as much where it ran right after ours (benchmarks/NOTES.md v40);
     the gap gives every measurement the same starting state: with 250 ms both orders agreed within the
-    round noise, and ours' hd 128 16k forward+backward cell, which read 0.92 of cuDNN after its own
-    forward and backward passes, read 1.03 (H200, NOTES.md v40 item 5)."""
+    round noise, and ours' fp16 hd 128 16k forward+backward cell, which read 0.93 of cuDNN after its
+    own forward and backward passes, read 1.03 (H200, NOTES.md v40 item 5)."""
 
     def __init__(self, warmup_ms=25, rep_ms=100, idle_ms=0):
         self.warmup_ms = warmup_ms
