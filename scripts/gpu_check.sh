@@ -57,6 +57,13 @@ stage() {  # stage NAME COMMAND...: runs, appends its output to $LOG, records wa
   return $status
 }
 
+check_kernels() {  # check_kernels [TREE]: the flash_attn imported (with PYTHONPATH=TREE, as the ab stage's
+  # "before" runs) has CUDA kernels
+  local code="import flash_attn.ops as o; assert o.has_cuda_kernels(), '${1:-this tree}: ' + o.cuda_kernels_unavailable_reason()"
+  if [[ -n ${1:-} ]]; then PYTHONPATH=$1 python3 -c "$code"; else python3 -c "$code"; fi
+}
+export -f check_kernels
+
 build() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
@@ -71,7 +78,7 @@ build() {
   python3 -m pip install --no-build-isolation --no-deps -e . 2>&1 | grep -E "error|Error|Successfully|warning: C" || true
   kill $sampler
   echo "build wall time: $((SECONDS - start)) s; peak memory in use: $(cat /tmp/.build_peak_mb) MB (before: $base MB)"
-  python3 -c "import flash_attn.ops as o; assert o.has_cuda_kernels(), o.cuda_kernels_unavailable_reason(); \
+  check_kernels && python3 -c "import flash_attn.ops as o; \
 print('compiled', sorted((str(d), h) for d, h in o.compiled_configs()))"
 }
 
@@ -122,8 +129,7 @@ if has_stage ab; then
     # a failed baseline build must stop the A/B: its "before" would not run the baseline's kernels
     # (session 34's old_tree lacked build_config.py: its build failed unseen and its "before" numbers
     # came from some other path than the baseline's kernels)
-    (cd /tmp && PYTHONPATH=$root/old_tree python3 -c "import flash_attn.ops as o; \
-assert o.has_cuda_kernels(), 'old_tree: ' + o.cuda_kernels_unavailable_reason()") || return 1
+    (cd /tmp && check_kernels "$root/old_tree") || return 1
     for round in $(seq "${AB_ROUNDS:-1}"); do  # rounds alternate the two, so that drift shows
       (cd /tmp && PYTHONPATH=$root/old_tree python3 "$root/$AB_SCRIPT" --label before ${AB_BASE_ARGS:-})
       (cd /tmp && python3 "$root/$AB_SCRIPT" --label after ${AB_ARGS:-})

@@ -7,7 +7,8 @@ each timing:
   alone          FA4 not imported
   imported       flash_attn.cute imported (the CuTe DSL, tvm-ffi, quack loaded), no FA4 kernel run
   fa4 ran        FA4's forward and backward run once per cell (its kernels compiled and loaded)
-  after fa4      each cell's FA4 timing immediately before ours, as the suite's rotation does
+  after fa4      each cell's FA4 timing immediately before ours, as in the suite with --impls ours,cudnn,fa4
+                 (where ours timed right after the previous configuration's FA4)
 
     PYTHONPATH=$(benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4) python benchmarks/experiments/fa4_coresidence.py
 

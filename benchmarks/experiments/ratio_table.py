@@ -5,32 +5,42 @@ same configurations, e.g. two runs, or one file per head dim).
     python benchmarks/experiments/ratio_table.py --of ours --over fa4 --round round1/hd*/results.json \
         --round round2/hd*/results.json
 
-A ratio above 1 means `--of` is faster (TFLOP/s of --of over TFLOP/s of --over, from one run).
+A ratio above 1 means `--of` is faster (TFLOP/s of --of over TFLOP/s of --over, from one run). With
+--over-from, the --over column comes from those files instead (one round): a quotient across runs,
+e.g. each implementation from the run where it followed the same peer (benchmarks/NOTES.md v40).
 """
 
 import argparse
 import json
 from collections import defaultdict
 
+from flash_attn.benchmark.shapes import format_seqlen
+
 PASSES = ("fwd", "bwd", "fwd+bwd")
 
 
-def seqlen_label(seqlen):
-    return f"{seqlen // 1024}k" if seqlen >= 1024 else str(seqlen)
-
-
-def ratios(paths, of, over, passes):
-    """{(headdim, causal, pass): {seqlen: ratio}} from the speed suites of `paths`."""
-    table = defaultdict(dict)
+def column_values(paths, name, passes):
+    """{(headdim, causal, pass, seqlen): TFLOP/s} of column `name` in the speed suites of `paths`."""
+    values = {}
     for path in paths:
         with open(path) as results:
             rows = json.load(results)["suites"]["speed"]["rows"]
         for row in rows:
-            config, cells = row["config"], row["cells"]
-            if config["pass"] not in passes or cells[of]["status"] != "ok" or cells[over]["status"] != "ok":
-                continue
-            key = (config["headdim"], config["causal"], config["pass"])
-            table[key][config["seqlen"]] = cells[of]["value"] / cells[over]["value"]
+            config, cell = row["config"], row["cells"][name]
+            if config["pass"] in passes and cell["status"] == "ok":
+                values[(config["headdim"], config["causal"], config["pass"], config["seqlen"])] = cell["value"]
+    return values
+
+
+def ratios(paths, of, over, passes, over_paths=None):
+    """{(headdim, causal, pass): {seqlen: ratio}}: `of` in the speed suites of `paths` over `over` in
+    those of over_paths (default: the same files)."""
+    numerators = column_values(paths, of, passes)
+    denominators = column_values(over_paths or paths, over, passes)
+    table = defaultdict(dict)
+    for (headdim, causal, pass_, seqlen), value in numerators.items():
+        if (headdim, causal, pass_, seqlen) in denominators:
+            table[(headdim, causal, pass_)][seqlen] = value / denominators[(headdim, causal, pass_, seqlen)]
     return table
 
 
@@ -40,13 +50,16 @@ def main():
     parser.add_argument("--over", required=True)
     parser.add_argument("--passes", default="fwd,bwd")
     parser.add_argument("--round", dest="rounds", action="append", nargs="+", required=True, metavar="JSON")
+    parser.add_argument("--over-from", nargs="+", metavar="JSON", help="files of the --over column (one round)")
     args = parser.parse_args()
+    if args.over_from and len(args.rounds) != 1:
+        parser.error("--over-from pairs with one --round")
     passes = tuple(args.passes.split(","))
-    tables = [ratios(paths, args.of, args.over, passes) for paths in args.rounds]
+    tables = [ratios(paths, args.of, args.over, passes, args.over_from) for paths in args.rounds]
     keys = sorted({key for table in tables for key in table}, key=lambda k: (k[0], k[1], PASSES.index(k[2])))
     seqlens = sorted({s for table in tables for row in table.values() for s in row})
     print(f"{args.of} / {args.over} (TFLOP/s ratio; rounds joined by ' / ')\n")
-    print("| hd | causal | pass | " + " | ".join(seqlen_label(s) for s in seqlens) + " |")
+    print("| hd | causal | pass | " + " | ".join(format_seqlen(s) for s in seqlens) + " |")
     print("|---|---|---|" + "---|" * len(seqlens))
     for headdim, causal, pass_ in keys:
         cells = [" / ".join(f"{t[(headdim, causal, pass_)][s]:.2f}" for t in tables if s in t.get((headdim, causal, pass_), {}))

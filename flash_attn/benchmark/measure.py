@@ -42,8 +42,8 @@ class Timer:
     H100 / H200) a kernel that draws more leaves the clock lowered for whatever runs next: timed one
     after the other, an implementation read 5-15% slower in the cells where it ran right after
     FlashAttention 4's, and FA4's as much where it ran right after ours (benchmarks/NOTES.md v40);
-    the gap gives every measurement the same starting state: with 250 ms both orders agreed within the
-    round noise, and ours' fp16 hd 128 16k forward+backward cell, which read 0.93 of cuDNN after its
+    the gap gives every measurement the same starting state: with 250 ms the two orders' cells agreed
+    within 0-4% (one 7%; bf16 hd 128), and ours' fp16 hd 128 16k forward+backward cell, which read 0.93 of cuDNN after its
     own forward and backward passes, read 1.03 (H200, NOTES.md v40 item 5)."""
 
     def __init__(self, warmup_ms=25, rep_ms=100, idle_ms=0):
