@@ -1,12 +1,17 @@
 """Issue #13's fp8 target, measured: the CUDA fp8 (e4m3) forward on Hopper against our bf16 forward
 (target: >= 1.5x at head dims 128 and 256, seqlen >= 4k), with the Triton backend's fp8 forward and
 SDPA cuDNN's bf16 forward as peers; hidden 2048 (2048 / hd heads), batch x seqlen = 16k tokens,
-non-causal and causal; do_bench median, L2 flushed per run; TFLOP/s of the forward. Then the error
+non-causal and causal; do_bench median, L2 flushed per run, the GPU idle --idle-ms before each
+measurement (measure.Timer: a kernel timed right after another that ran at the power cap starts at
+a lowered clock, benchmarks/NOTES.md v40); TFLOP/s of the forward. --fp8-env NAME=A,B times our fp8
+forward once per value of the environment variable NAME (a kernel switch read per call), in turn
+within each configuration, one column each. Then the error
 of each fp8 forward as RMSE against an fp32 attention of the unquantized inputs, next to a plain
 fp8 attention in PyTorch (per-(batch, KV head) scaled e4m3 inputs, fp32 math, P rounded to e4m3)
 and our bf16 forward.
 
     python benchmarks/experiments/fp8_speed.py [--label NAME] [--headdims 128,256] [--seqlens 4096,8192,16384]
+        [--idle-ms 250] [--fp8-env FLASH_ATTN_FP8_FWD_STEPS=128,256]
 """
 
 import argparse
@@ -15,9 +20,9 @@ import os
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 from flash_attn import flash_attn_func
+from flash_attn.benchmark.measure import Timer
 
 FP8 = torch.float8_e4m3fn
 HIDDEN, TOKENS = 2048, 16384
@@ -33,7 +38,22 @@ def tflops(batch, seqlen, heads, headdim, causal, ms):
     return 4 * batch * seqlen * seqlen * heads * headdim / (2 if causal else 1) / ms / 1e9
 
 
-def calls(batch, seqlen, heads, headdim, causal):
+def with_env(name, value, fn):
+    """fn called with the environment variable name set to value (then restored)."""
+    def call():
+        before = os.environ.get(name)
+        os.environ[name] = value
+        try:
+            return fn()
+        finally:
+            if before is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = before
+    return call
+
+
+def calls(batch, seqlen, heads, headdim, causal, fp8_env=None):
     q, k, v = (torch.randn(batch, seqlen, heads, headdim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     (q8, qd), (k8, kd), (v8, vd) = quantize(q), quantize(k), quantize(v)
     scales = dict(q_descale=qd, k_descale=kd, v_descale=vd)
@@ -50,29 +70,34 @@ def calls(batch, seqlen, heads, headdim, causal):
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
 
-    return {
-        "ours bf16": lambda: flash_attn_func(q, k, v, causal=causal),
-        "ours fp8": lambda: flash_attn_func(q8, k8, v8, causal=causal, **scales),
-        "triton fp8": triton_fp8,
-        "cudnn bf16": cudnn,
-    }
+    def ours_fp8():
+        return flash_attn_func(q8, k8, v8, causal=causal, **scales)
+
+    fp8_columns = {"ours fp8": ours_fp8}
+    if fp8_env is not None:
+        name, values = fp8_env
+        fp8_columns = {f"ours fp8 {name}={value}": with_env(name, value, ours_fp8) for value in values}
+    return {"ours bf16": lambda: flash_attn_func(q, k, v, causal=causal), **fp8_columns, "triton fp8": triton_fp8,
+            "cudnn bf16": cudnn}
 
 
-def speed_table(headdims, seqlens):
-    print(f"| hd | seqlen | causal | {' | '.join(calls(1, 128, 2, 128, False))} | fp8 / bf16 |")
-    print("|---|---|---|---|---|---|---|---|")
+def speed_table(headdims, seqlens, timer, fp8_env):
+    names = list(calls(1, 128, 2, 128, False, fp8_env))
+    fp8_names = [name for name in names if name.startswith("ours fp8")]
+    ratios = [f"{name[len('ours '):]} / bf16" for name in fp8_names]
+    print(f"| hd | seqlen | causal | {' | '.join(names + ratios)} |")
+    print("|---|---|---|" + "---|" * (len(names) + len(ratios)))
     for headdim in headdims:
         heads = HIDDEN // headdim
         for seqlen in seqlens:
             for causal in (False, True):
                 batch = max(1, TOKENS // seqlen)
                 row = {}
-                for name, fn in calls(batch, seqlen, heads, headdim, causal).items():
-                    ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
-                    row[name] = tflops(batch, seqlen, heads, headdim, causal, ms)
-                cells = " | ".join(f"{value:.1f}" for value in row.values())
-                print(f"| {headdim} | {seqlen} | {causal} | {cells} | {row['ours fp8'] / row['ours bf16']:.2f} |",
-                      flush=True)
+                for name, fn in calls(batch, seqlen, heads, headdim, causal, fp8_env).items():
+                    row[name] = tflops(batch, seqlen, heads, headdim, causal, timer(fn))
+                cells = [f"{value:.1f}" for value in row.values()]
+                cells += [f"{row[name] / row['ours bf16']:.2f}" for name in fp8_names]
+                print(f"| {headdim} | {seqlen} | {causal} | {' | '.join(cells)} |", flush=True)
 
 
 def plain_fp8_attention(q8, k8, v8, descales, causal):
@@ -111,10 +136,18 @@ def main():
     parser.add_argument("--label", default="")
     parser.add_argument("--headdims", default="128,256")
     parser.add_argument("--seqlens", default="4096,8192,16384")
+    parser.add_argument("--idle-ms", type=float, default=250.0, help="GPU idle before each measurement (ms)")
+    parser.add_argument("--fp8-env", default=None, help="NAME=A,B: our fp8 forward timed once per value of NAME")
     args = parser.parse_args()
     headdims = [int(x) for x in args.headdims.split(",")]
-    print(f"{args.label} {torch.cuda.get_device_name()}, hidden {HIDDEN}, {TOKENS} tokens, forward TFLOP/s")
-    speed_table(headdims, [int(x) for x in args.seqlens.split(",")])
+    fp8_env = None
+    if args.fp8_env:
+        name, values = args.fp8_env.split("=", 1)
+        fp8_env = (name, values.split(","))
+    timer = Timer(idle_ms=args.idle_ms)
+    print(f"{args.label} {torch.cuda.get_device_name()}, hidden {HIDDEN}, {TOKENS} tokens, forward TFLOP/s; "
+          f"{timer.describe()}")
+    speed_table(headdims, [int(x) for x in args.seqlens.split(",")], timer, fp8_env)
     error_table(headdims)
 
 
