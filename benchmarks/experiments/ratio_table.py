@@ -19,24 +19,27 @@ from flash_attn.benchmark.shapes import format_seqlen
 PASSES = ("fwd", "bwd", "fwd+bwd")
 
 
-def column_values(paths, name, passes):
-    """{(headdim, causal, pass, seqlen): TFLOP/s} of column `name` in the speed suites of `paths`."""
+def column_values(paths, name, passes, dtype=None):
+    """{(headdim, causal, pass, seqlen): TFLOP/s} of column `name` in the speed suites of `paths`, of
+    the rows of `dtype` where given (a file of both dtypes would otherwise mix them)."""
     values = {}
     for path in paths:
         with open(path) as results:
             rows = json.load(results)["suites"]["speed"]["rows"]
         for row in rows:
             config, cell = row["config"], row["cells"][name]
+            if dtype is not None and config["dtype"] != dtype:
+                continue
             if config["pass"] in passes and cell["status"] == "ok":
                 values[(config["headdim"], config["causal"], config["pass"], config["seqlen"])] = cell["value"]
     return values
 
 
-def ratios(paths, of, over, passes, over_paths=None):
+def ratios(paths, of, over, passes, over_paths=None, dtype=None):
     """{(headdim, causal, pass): {seqlen: ratio}}: `of` in the speed suites of `paths` over `over` in
-    those of over_paths (default: the same files)."""
-    numerators = column_values(paths, of, passes)
-    denominators = column_values(over_paths or paths, over, passes)
+    those of over_paths (default: the same files), of the rows of `dtype` where given."""
+    numerators = column_values(paths, of, passes, dtype)
+    denominators = column_values(over_paths or paths, over, passes, dtype)
     table = defaultdict(dict)
     for (headdim, causal, pass_, seqlen), value in numerators.items():
         if (headdim, causal, pass_, seqlen) in denominators:
@@ -51,14 +54,15 @@ def main():
     parser.add_argument("--passes", default="fwd,bwd")
     parser.add_argument("--round", dest="rounds", action="append", nargs="+", required=True, metavar="JSON")
     parser.add_argument("--over-from", nargs="+", metavar="JSON", help="files of the --over column (one round)")
+    parser.add_argument("--dtype", help="only the rows of this dtype (bf16 or fp16)")
     args = parser.parse_args()
     if args.over_from and len(args.rounds) != 1:
         parser.error("--over-from pairs with one --round")
     passes = tuple(args.passes.split(","))
-    tables = [ratios(paths, args.of, args.over, passes, args.over_from) for paths in args.rounds]
+    tables = [ratios(paths, args.of, args.over, passes, args.over_from, args.dtype) for paths in args.rounds]
     keys = sorted({key for table in tables for key in table}, key=lambda k: (k[0], k[1], PASSES.index(k[2])))
     seqlens = sorted({s for table in tables for row in table.values() for s in row})
-    print(f"{args.of} / {args.over} (TFLOP/s ratio; rounds joined by ' / ')\n")
+    print(f"{args.of} / {args.over}{' ' + args.dtype if args.dtype else ''} (TFLOP/s ratio; rounds joined by ' / ')\n")
     print("| hd | causal | pass | " + " | ".join(format_seqlen(s) for s in seqlens) + " |")
     print("|---|---|---|" + "---|" * len(seqlens))
     for headdim, causal, pass_ in keys:
