@@ -10,7 +10,9 @@
 #   SECTIONS overrides the ncu sections (default: throughput, memory, occupancy, scheduler, warp states,
 #   launch facts); SOURCE=1 adds the top stall sites (SourceCounters; the build has -lineinfo);
 #   METRICS (comma-separated) adds metrics, e.g. with SECTIONS=LaunchStats for a short report.
-#   LAUNCHES: kernels profiled per shape (default 2: a pass's first matching launches).
+#   LAUNCHES: kernels profiled per shape (default 2: a pass's first matching launches). NCU_ARGS: more
+#   ncu options, e.g. "--print-metric-instances values" with METRICS=sass__inst_executed_per_opcode
+#   for the executed instructions by opcode.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/ncu_out}
@@ -60,7 +62,7 @@ for shape in $1; do
   fi
   file=$OUT/ncu_${who}_${pass_}_hd${hd}_${seqlen}_c${causal}.txt
   echo "===== ncu $who $pass_ hd$hd seqlen $seqlen causal $causal (kernels matching $regex)" | tee "$file"
-  ncu --clock-control none --kernel-name "regex:$regex" --launch-count "${LAUNCHES:-2}" --print-details all $section_args \
+  ncu --clock-control none --kernel-name "regex:$regex" --launch-count "${LAUNCHES:-2}" --print-details all $section_args ${NCU_ARGS:-} \
     python3 /tmp/one_call.py "$hd" "$seqlen" "$causal" "$pass_" "$who" 2>&1 | grep -v "^==PROF==" \
     | sed -e 's/  \+/  /g' >> "$file"
   grep -E "^  [a-z_0-9]+.*\(|^  [a-z]+__|Duration|DRAM Throughput|L2 Hit Rate|Registers Per|Grid Size|Block Size|Dynamic Shared|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp Per|No Eligible" "$file" | head -40
