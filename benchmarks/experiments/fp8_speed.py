@@ -11,7 +11,7 @@ fp8 attention in PyTorch (per-(batch, KV head) scaled e4m3 inputs, fp32 math, P 
 and our bf16 forward.
 
     python benchmarks/experiments/fp8_speed.py [--label NAME] [--headdims 128,256] [--seqlens 4096,8192,16384]
-        [--idle-ms 250] [--fp8-env FLASH_ATTN_FP8_FWD_STEPS=128,256]
+        [--idle-ms 250] [--fp8-env NAME=A,B]
 """
 
 import argparse

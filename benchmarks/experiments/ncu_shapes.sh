@@ -11,8 +11,9 @@
 #   launch facts); SOURCE=1 adds the top stall sites (SourceCounters; the build has -lineinfo);
 #   METRICS (comma-separated) adds metrics, e.g. with SECTIONS=LaunchStats for a short report.
 #   LAUNCHES: kernels profiled per shape (default 2: a pass's first matching launches). NCU_ARGS: more
-#   ncu options, e.g. "--print-metric-instances values" with METRICS=sass__inst_executed_per_opcode
-#   for the executed instructions by opcode.
+#   ncu options, e.g. "--print-metric-instances values" with METRICS=sass__inst_executed_per_opcode:
+#   the executed instructions per opcode, sorted, but printed without the opcodes' names (ncu 2025 on
+#   the GPU machine, NOTES.md v41 item 7).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/ncu_out}
