@@ -15,6 +15,7 @@ datapath's instructions take issue slots too). cuobjdump ships in the triton whe
 import argparse
 import collections
 import re
+import signal
 import sys
 
 FUNCTION = re.compile(r"^\s*Function : (\S+)")
@@ -68,6 +69,7 @@ def report(name, instructions, show_all, most):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dump", nargs="?", help="cuobjdump -sass output (default: stdin)")
     parser.add_argument("--function", default="", help="only functions whose mangled name matches this regex")
