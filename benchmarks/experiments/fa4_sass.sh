@@ -10,7 +10,8 @@
 # (cutlass/base_dsl/env_manager.py of nvidia-cutlass-dsl 4.8.1). Ours: the built extension
 # (flash_attn._C; SKIP_BUILD=1 keeps an installed build, else hd HD bf16 is built). Both go through
 # cuobjdump -sass (the triton wheel's) and sass_loops.py; to $OUT: fa4.sass, ours.sass and
-# loops.txt (the step loops of both, with their opcode mix and local-memory count).
+# loops.txt (the step loops of both, with their opcode mix and local-memory count). Not yet run on
+# a GPU: the variable names come from reading nvidia-cutlass-dsl's source, not from a run.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [[ $# == 4 ]] || { echo "usage: $0 HD SEQLEN CAUSAL PASS" >&2; exit 2; }

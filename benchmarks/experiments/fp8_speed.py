@@ -15,13 +15,13 @@ and our bf16 forward.
 """
 
 import argparse
-import os
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flash_attn import flash_attn_func
+from flash_attn.benchmark.impls import TRITON_SWITCH, environment
 from flash_attn.benchmark.measure import Timer
 
 FP8 = torch.float8_e4m3fn
@@ -38,18 +38,11 @@ def tflops(batch, seqlen, heads, headdim, causal, ms):
     return 4 * batch * seqlen * seqlen * heads * headdim / (2 if causal else 1) / ms / 1e9
 
 
-def with_env(name, value, fn):
-    """fn called with the environment variable name set to value (then restored)."""
+def with_env(pairs, fn):
+    """fn called with the environment variables of `pairs` set (then restored)."""
     def call():
-        before = os.environ.get(name)
-        os.environ[name] = value
-        try:
+        with environment(pairs):
             return fn()
-        finally:
-            if before is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = before
     return call
 
 
@@ -59,12 +52,7 @@ def calls(batch, seqlen, heads, headdim, causal, fp8_env=None):
     scales = dict(q_descale=qd, k_descale=kd, v_descale=vd)
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
 
-    def triton_fp8():
-        os.environ["FLASH_ATTENTION_TRITON_AMD_ENABLE"] = "TRUE"
-        try:
-            return flash_attn_func(q8, k8, v8, causal=causal, **scales)
-        finally:
-            del os.environ["FLASH_ATTENTION_TRITON_AMD_ENABLE"]
+    triton_fp8 = with_env(TRITON_SWITCH, lambda: flash_attn_func(q8, k8, v8, causal=causal, **scales))
 
     def cudnn():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -76,7 +64,7 @@ def calls(batch, seqlen, heads, headdim, causal, fp8_env=None):
     fp8_columns = {"ours fp8": ours_fp8}
     if fp8_env is not None:
         name, values = fp8_env
-        fp8_columns = {f"ours fp8 {name}={value}": with_env(name, value, ours_fp8) for value in values}
+        fp8_columns = {f"ours fp8 {name}={value}": with_env(((name, value),), ours_fp8) for value in values}
     return {"ours bf16": lambda: flash_attn_func(q, k, v, causal=causal), **fp8_columns, "triton fp8": triton_fp8,
             "cudnn bf16": cudnn}
 
@@ -122,9 +110,8 @@ def error_table(headdims, seqlen=4096, heads=2):
             qt, kt, vt = (t.float().transpose(1, 2) for t in (q, k, v))
             ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
             scales = dict(q_descale=qd, k_descale=kd, v_descale=vd)
-            os.environ["FLASH_ATTENTION_TRITON_AMD_ENABLE"] = "TRUE"
-            triton_out = flash_attn_func(q8, k8, v8, causal=causal, **scales)
-            del os.environ["FLASH_ATTENTION_TRITON_AMD_ENABLE"]
+            with environment(TRITON_SWITCH):
+                triton_out = flash_attn_func(q8, k8, v8, causal=causal, **scales)
             outs = [flash_attn_func(q, k, v, causal=causal), flash_attn_func(q8, k8, v8, causal=causal, **scales),
                     triton_out, plain_fp8_attention(q8, k8, v8, (qd, kd, vd), causal)]
             errors = [(o.float() - ref).pow(2).mean().sqrt().item() for o in outs]

@@ -71,7 +71,7 @@ class Impl:
         so its cost stays out of the numbers; backward kernels are chosen by the forward, inside the
         same context."""
         if self.environment:
-            return _environment(self.environment)
+            return environment(self.environment)
         if self.backend is None:
             return contextlib.nullcontext()
         from torch.nn.attention import sdpa_kernel
@@ -83,8 +83,9 @@ class Impl:
 
 
 @contextlib.contextmanager
-def _environment(pairs):
-    """The variables of `pairs` set, and restored (or removed) on exit."""
+def environment(pairs):
+    """The variables of `pairs` set, and restored (or removed) on exit (also for experiment scripts
+    that time a kernel switch read per call)."""
     previous = {name: os.environ.get(name) for name, _ in pairs}
     os.environ.update(dict(pairs))
     try:
