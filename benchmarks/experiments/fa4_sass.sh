@@ -21,18 +21,7 @@ export PYTHONPATH=$(benchmarks/experiments/fa4_peer.sh unpack /tmp/fa4) || exit 
 [[ ${SKIP_BUILD:-0} == 1 ]] || FLASH_ATTN_HDIMS=$1 FLASH_ATTN_DTYPES=bf16 STAGES=build scripts/gpu_check.sh | tail -n 3
 cuobjdump=$(python3 -c "import os, triton; print(os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'cuobjdump'))")
 dump=$(mktemp -d)
-CUTE_DSL_KEEP=cubin CUTE_DSL_DUMP_DIR=$dump python3 - "$@" <<'PY'
-import sys
-import torch
-from flash_attn.benchmark import impls
-headdim, seqlen, causal, pass_ = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
-shape = (16384 // seqlen, seqlen, 2048 // headdim, headdim)
-q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ == "bwd") for _ in range(3))
-out = impls.fa4_forward(q, k, v, causal)
-if pass_ == "bwd":
-    out.backward(torch.randn_like(out))
-torch.cuda.synchronize()
-PY
+CUTE_DSL_KEEP=cubin CUTE_DSL_DUMP_DIR=$dump python3 benchmarks/experiments/one_call.py "$1" "$2" "$3" "$4" fa4
 find "$dump" -name '*.cubin' | sort | while read -r cubin; do "$cuobjdump" -sass "$cubin"; done > "$OUT/fa4.sass"
 so=$(python3 -c "import flash_attn._C as c; print(c.__file__)")
 "$cuobjdump" -sass "$so" > "$OUT/ours.sass"

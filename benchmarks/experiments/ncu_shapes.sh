@@ -23,29 +23,6 @@ if [[ -n ${FA4:-} ]]; then  # this tree, then FA4 (fa4_peer.sh says why)
 fi
 [[ ${SKIP_BUILD:-0} == 1 ]] || FLASH_ATTN_HDIMS=${FLASH_ATTN_HDIMS:-"64;128;256"} FLASH_ATTN_DTYPES=bf16 \
   NVCC_APPEND_FLAGS=-lineinfo STAGES=build scripts/gpu_check.sh | tail -n 3
-cat > /tmp/one_call.py <<'PY'
-import sys
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-import flash_attn
-headdim, seqlen, causal, pass_, who = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5]
-shape = (16384 // seqlen, seqlen, 2048 // headdim, headdim)
-q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ == "bwd") for _ in range(3))
-if who == "ours-fp8":
-    out = flash_attn.flash_attn_func(*(t.to(torch.float8_e4m3fn) for t in (q, k, v)), causal=causal)
-elif who == "fa4":
-    from flash_attn.benchmark import impls
-    out = impls.fa4_forward(q, k, v, causal)
-elif who.startswith("ours"):
-    out = flash_attn.flash_attn_func(q, k, v, causal=causal, deterministic=who == "ours-det")
-else:
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        out = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=causal)
-if pass_ == "bwd":
-    out.backward(torch.randn_like(out))
-torch.cuda.synchronize()
-PY
 sections=${SECTIONS:-"SpeedOfLight MemoryWorkloadAnalysis Occupancy SchedulerStats WarpStateStats LaunchStats"}
 [[ ${SOURCE:-0} == 1 ]] && sections="$sections SourceCounters"
 section_args=$(for s in $sections; do printf -- "--section %s " "$s"; done)
@@ -64,7 +41,7 @@ for shape in $1; do
   file=$OUT/ncu_${who}_${pass_}_hd${hd}_${seqlen}_c${causal}.txt
   echo "===== ncu $who $pass_ hd$hd seqlen $seqlen causal $causal (kernels matching $regex)" | tee "$file"
   ncu --clock-control none --kernel-name "regex:$regex" --launch-count "${LAUNCHES:-2}" --print-details all $section_args ${NCU_ARGS:-} \
-    python3 /tmp/one_call.py "$hd" "$seqlen" "$causal" "$pass_" "$who" 2>&1 | grep -v "^==PROF==" \
+    python3 benchmarks/experiments/one_call.py "$hd" "$seqlen" "$causal" "$pass_" "$who" 2>&1 | grep -v "^==PROF==" \
     | sed -e 's/  \+/  /g' >> "$file"
   grep -E "^  [a-z_0-9]+.*\(|^  [a-z]+__|Duration|DRAM Throughput|L2 Hit Rate|Registers Per|Grid Size|Block Size|Dynamic Shared|Compute \(SM\) Throughput|Achieved Occupancy|Issued Warp Per|No Eligible" "$file" | head -40
 done
