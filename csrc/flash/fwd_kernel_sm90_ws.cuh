@@ -458,13 +458,13 @@ __device__ __forceinline__ void fwd_ws_cta(const FwdParams& p, const Maps& maps,
   }
   arch::claim_registers_to<Cfg::kConsumerRegs>();
   // The consumer index as a warp-uniform value keeps the step's operand descriptors in uniform
-  // registers (arch::warp_uniform), except above hd 128 in 16 bits: there ptxas then spilled 21
-  // per-tile values and the forward ran ~5% slower at 512-1k keys (H200, benchmarks/NOTES.md v25).
-  // The e4m3 hd 256 kernel takes it: its step loop then has no R2UR (40 before), 602 instructions
-  // instead of 629, and 328 B of spills outside the loop instead of 352 (sm_90a), and ran 5-14% faster
-  // at 4k-16k, causal and not (H200, three rounds; benchmarks/NOTES.md v42 item 2).
+  // registers (arch::warp_uniform); without it ptxas copies them there from per-thread registers
+  // before the wgmmas (R2UR). Session 20 left hd 192 / 256 without it (16-bit: ptxas then spilled 21
+  // per-tile values, NOTES.md v25); in session 37 their plain kernels spill nothing with it, and it
+  // took 40-74 R2UR out of those step loops: fp8 hd 256 ran 5-14% faster, 16-bit hd 192 2-9% and
+  // hd 256 0-6% (H200, NOTES.md v42 items 2-3).
   const int consumer = warpgroup - 1;
-  const TurnsOf<Cfg> turns{Cfg::kHeadDim <= 128 || Cfg::kElementBytes == 1 ? arch::warp_uniform(consumer) : consumer};
+  const TurnsOf<Cfg> turns{arch::warp_uniform(consumer)};
   turns.start();
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const QueryTileCoord at = walk.locate(p, order, tile);
