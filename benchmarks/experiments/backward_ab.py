@@ -20,8 +20,10 @@ from flash_attn import flash_attn_func
 # (batch, seqlen, heads, headdim, causal): the features suite's two deterministic shapes first
 BACKWARD_SHAPES = [(2, 8192, 16, 128, False), (8, 2048, 32, 64, False), (8, 2048, 16, 128, False),
                    (8, 2048, 16, 128, True), (8, 2048, 32, 64, True)]
-# --wide adds the head-split kernel's head dim and the speed suite's long hd 128 cell
-WIDE_SHAPES = [(1, 16384, 16, 128, False), (2, 8192, 8, 256, False), (8, 2048, 8, 256, True)]
+# --wide adds the head-split kernel's head dims (hd 192: 16 heads, 2048 / 192 not being whole) and the
+# speed suite's long hd 128 cell
+WIDE_SHAPES = [(1, 16384, 16, 128, False), (2, 8192, 8, 256, False), (8, 2048, 8, 256, True),
+               (2, 8192, 16, 192, False), (8, 2048, 16, 192, True)]
 # --speed adds speed-suite cells (hidden 2048, 16k tokens) of hd 128 and 64 not above, each with SDPA
 # cuDNN's backward measured in the same process
 SPEED_SHAPES = [(16, 1024, 16, 128, False), (4, 4096, 16, 128, False), (16, 1024, 16, 128, True),
@@ -58,13 +60,14 @@ def cudnn_backward_us(shape):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--label", default="")
-    parser.add_argument("--wide", action="store_true", help="also hd 128 at 16k and hd 256")
+    parser.add_argument("--wide", action="store_true", help="also hd 128 at 16k and hd 192 / 256")
     parser.add_argument("--speed", action="store_true", help="also speed-suite cells, with SDPA cuDNN")
     parser.add_argument("--headdims", default="", help="only these head dims (comma-separated; those built)")
     args = parser.parse_args()
     shapes = BACKWARD_SHAPES + (WIDE_SHAPES if args.wide else []) + (SPEED_SHAPES if args.speed else [])
-    if args.headdims:
-        shapes = [s for s in shapes if s[3] in {int(h) for h in args.headdims.split(",")}]
+    headdims = {int(h) for h in args.headdims.split(",")} if args.headdims else None
+    if headdims:
+        shapes = [s for s in shapes if s[3] in headdims]
     print(f"\n{args.label}: {torch.cuda.get_device_name()}")
     print("| build | backward | default µs | deterministic µs | ratio | cuDNN µs |")
     print("|---|---|---|---|---|---|")
@@ -74,6 +77,8 @@ def main():
         batch, seqlen, heads, headdim, causal = shape
         print(f"| {args.label} | b={batch} s={seqlen} h={heads} d={headdim}{' causal' if causal else ''} | "
               f"{default:.1f} | {deterministic:.1f} | {default / deterministic:.3f} | {cudnn} |", flush=True)
+    if headdims and 64 not in headdims:
+        return
     print("| build | fwd+bwd b=8 h=12 d=64 | µs | | |")
     for seqlen in HOST_SEQLENS:
         q, k, v, dout = inputs(8, seqlen, 12, 64)
