@@ -101,9 +101,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   run_bwd_ws_roles<T, Cfg>(
       s, p, maps, [&](const auto& kb, int lane) { write_head_split_dq<Cfg>(s, p, kb, lane); },
       [&](const auto& kb, int math_tid) {
-        // The branch on a warp-uniform value: on math_tid itself ptxas treated both paths as divergent
-        // and built their wgmma descriptors in per-thread registers (hd 192: 70 R2UR a step;
-        // benchmarks/NOTES.md v42 item 4).
+        // The branch on a warp-uniform value: with math_tid itself in the condition ptxas built both
+        // paths' wgmma descriptors in per-thread registers and moved them to uniform ones before
+        // every wgmma (hd 192: 70 R2UR a step; benchmarks/NOTES.md v42 item 4).
         if (kFirst == kSecond || arch::warp_uniform(math_tid / arch::kWarpgroupThreads) == 0)
           compute_head_split_walk<T, Cfg, kScoreExtras, kFirst>(s, p, kb, math_tid);
         else
