@@ -152,8 +152,10 @@ __device__ __forceinline__ void load_bwd_walk(const Smem& s, const BwdParams& p,
 // wait of the math warps: one before each tile's first use, one after each add but the last.
 template <typename Cfg>
 __device__ __forceinline__ void hand_back_dq_tile(int buffer) {
+  constexpr int kWarpgroups = Cfg::kMathThreads / arch::kWarpgroupThreads;
+  static_assert(kWarpgroups == 2, "BwdWsBarriers::kDqEmpty numbers two warpgroups' barriers per buffer");
 #pragma unroll
-  for (int warpgroup = 0; warpgroup < 2; ++warpgroup)
+  for (int warpgroup = 0; warpgroup < kWarpgroups; ++warpgroup)
     arch::named_barrier_arrive(BwdWsBarriers::kDqEmpty + 2 * buffer + warpgroup, BwdWsBarriers::kDqEmptyThreads);
 }
 
