@@ -60,7 +60,7 @@ def test_report_lists_only_mma_loops_unless_asked(capsys):
     assert capsys.readouterr().out == ""
     sass_loops.report("kernel_b", listing["kernel_b"], show_all=True, most=5)
     # the forward branch at 0x20 is no loop
-    assert capsys.readouterr().out == "kernel_b loop 0x0-0x10: 2 instructions, local memory 0; FADD 1, BRA 1\n"
+    assert capsys.readouterr().out == "kernel_b loop 0x0-0x10: 2 instructions, local memory 0, R2UR 0; FADD 1, BRA 1\n"
     sass_loops.report("kernel_a", listing["kernel_a"], show_all=False, most=3)
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2 and out[0].startswith("kernel_a loop 0x10-0x40: 4 instructions, local memory 1;")
+    assert len(out) == 2 and out[0].startswith("kernel_a loop 0x10-0x40: 4 instructions, local memory 1, R2UR 0;")

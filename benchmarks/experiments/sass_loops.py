@@ -6,6 +6,10 @@ range from a backward branch's target to the branch. Static counts: instructions
     cuobjdump -sass kernel.cubin | python benchmarks/experiments/sass_loops.py [--function REGEX] [--all]
     python benchmarks/experiments/sass_loops.py dump.sass --function bwd_kernel_sm90_ws
 
+Each loop's line gives its local-memory accesses (spills) and its R2UR, per-thread values moved to
+uniform registers: in a step loop these are wgmma descriptors built from per-thread values, which
+cost the fp8 hd 256 forward 5-14% (benchmarks/NOTES.md v42) but were harmless where the wgmma was
+not on the step's critical path (v43 item 3).
 Without --all only loops holding a warpgroup MMA (HGMMA, QGMMA) are listed, innermost first. The
 opcode is the mnemonic without its modifiers and predicate (UMOV and MOV stay apart: the uniform
 datapath's instructions take issue slots too). cuobjdump ships in the triton wheel
@@ -65,7 +69,8 @@ def report(name, instructions, show_all, most):
             continue
         local = counts["LDL"] + counts["STL"]
         mix = ", ".join(f"{op} {n}" for op, n in counts.most_common(most))
-        print(f"{name} loop {first:#x}-{last:#x}: {sum(counts.values())} instructions, local memory {local}; {mix}")
+        print(f"{name} loop {first:#x}-{last:#x}: {sum(counts.values())} instructions, local memory {local}, "
+              f"R2UR {counts['R2UR']}; {mix}")
 
 
 def main():
