@@ -1,6 +1,6 @@
 """benchmarks/experiments/sass_loops.py on a hand-written cuobjdump listing: the opcode of an
 instruction (predicate and modifiers dropped, the uniform datapath's U kept), the loops found from
-backward branches, innermost first, and the local-memory count. CPU only."""
+backward branches, innermost first, and the local-memory and R2UR counts. CPU only."""
 
 import importlib.util
 from pathlib import Path
@@ -64,3 +64,19 @@ def test_report_lists_only_mma_loops_unless_asked(capsys):
     sass_loops.report("kernel_a", listing["kernel_a"], show_all=False, most=3)
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and out[0].startswith("kernel_a loop 0x10-0x40: 4 instructions, local memory 1, R2UR 0;")
+
+
+def test_report_counts_the_loop_r2ur(capsys):
+    sass_loops = load()
+    listing = sass_loops.functions("""
+\t\tFunction : kernel_c
+        /*0000*/                   R2UR UR32, R208 ;
+        /*0010*/                   R2UR UR33, R209 ;
+        /*0020*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR32], RZ, !UPT ;
+        /*0030*/               @P0 BRA 0x0 ;
+        /*0040*/                   R2UR UR34, R210 ;
+        /*0050*/                   EXIT ;
+""".splitlines())
+    sass_loops.report("kernel_c", listing["kernel_c"], show_all=False, most=2)
+    # the R2UR after the loop's branch is not in the loop
+    assert capsys.readouterr().out.startswith("kernel_c loop 0x0-0x30: 4 instructions, local memory 0, R2UR 2;")
