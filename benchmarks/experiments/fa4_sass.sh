@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # FlashAttention 4's step loops and ours in SASS, side by side (GPU machine, one call, FA4's pack
 # carried: benchmarks/experiments/fa4_peer.sh hold / restore around it). Why: ncu counted 28% more
-# instructions in our hd 128 backward than in FA4's at the same tiles but could not name them by
-# opcode (benchmarks/NOTES.md v41 item 7); the SASS names them.
+# instructions in our hd 128 backward than in FA4's over the same key blocks but could not name them
+# by opcode (benchmarks/NOTES.md v41 item 7); the SASS names them.
 #
 #   benchmarks/experiments/fa4_sass.sh HD SEQLEN CAUSAL PASS     # e.g. 128 8192 0 bwd
 #
@@ -10,8 +10,11 @@
 # (cutlass/base_dsl/env_manager.py of nvidia-cutlass-dsl 4.8.1). Ours: the built extension
 # (flash_attn._C; SKIP_BUILD=1 keeps an installed build, else hd HD bf16 is built). Both go through
 # cuobjdump -sass (the triton wheel's) and sass_loops.py; to $OUT: fa4.sass, ours.sass and
-# loops.txt (the step loops of both, with their opcode mix and local-memory count). Not yet run on
-# a GPU: the variable names come from reading nvidia-cutlass-dsl's source, not from a run.
+# loops.txt (the step loops of both, with their opcode mix, local-memory and R2UR counts). First run
+# in session 38 (H200, 128 8192 0 bwd; NOTES.md v43 item 4): FA4's cubins were kept as described.
+# FA4's mbarrier waits retry in out-of-line blocks that branch back to the loop head, so the
+# innermost "loop" sass_loops.py lists for it may run past the step's own back edge (there
+# 0x2170-0x4d70 for a step of 0x2100-0x3de0): read the listing around the HGMMAs.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [[ $# == 4 ]] || { echo "usage: $0 HD SEQLEN CAUSAL PASS" >&2; exit 2; }

@@ -8,8 +8,9 @@ range from a backward branch's target to the branch. Static counts: instructions
 
 Each loop's line gives its local-memory accesses (spills) and its R2UR, per-thread values moved to
 uniform registers: in a step loop these are wgmma descriptors built from per-thread values, which
-cost the fp8 hd 256 forward 5-14% (benchmarks/NOTES.md v42) but were harmless where the wgmma was
-not on the step's critical path (v43 item 3).
+cost the fp8 hd 256 forward 5-14% (benchmarks/NOTES.md v42); removing the 8-14 of the softcap
+forwards' step loops gained nothing measurable (v43 item 3). A block that retries an mbarrier wait
+out of line and branches back to the loop head counts as a loop reaching that far.
 Without --all only loops holding a warpgroup MMA (HGMMA, QGMMA) are listed, innermost first. The
 opcode is the mnemonic without its modifiers and predicate (UMOV and MOV stay apart: the uniform
 datapath's instructions take issue slots too). cuobjdump ships in the triton wheel

@@ -59,22 +59,15 @@ __device__ __forceinline__ void accumulators_to_e4m3_a_fragments(uint32_t (&a)[1
 // leaves them) into the rows of a K-major SwizzledTile Tile (128-byte rows of k), where an SS
 // wgmma reads them as its A operand. Register r of a k-step is an 8 x 16-byte matrix in stmatrix's
 // b16 layout (lane g t holds row g's bytes 4t .. 4t + 3, i.e. b16 elements 2t, 2t + 1): rows
-// row0 + 8 (r % 2), bytes 32 ks + 16 (r / 2). One stmatrix.x4 per k-step; lane l names row l % 8
-// of matrix l / 8, whose 16-byte chunk sits at (chunk ^ row % 8) in its swizzled row (row0 is a
-// multiple of 8). The caller fences the async proxy before the wgmma that reads them.
+// row0 + 8 (r % 2), bytes 32 ks + 16 (r / 2), so k-step ks is the tile's 32-byte column step ks
+// (swizzled_stmatrix_address). The caller fences the async proxy before the wgmma that reads them.
 template <typename Tile, int KS>
 __device__ __forceinline__ void store_e4m3_a_fragments_swizzled(void* tile, int row0, const uint32_t (&a)[1][KS][4],
                                                                 int lane) {
-  const int matrix = lane / 8, row_in_atom = lane % 8;
-  const uint32_t row_base = smem_address(tile) + (row0 + row_in_atom + 8 * (matrix % 2)) * kSwizzleRowBytes;
 #pragma unroll
-  for (int ks = 0; ks < KS; ++ks) {
-    const int chunk = 2 * ks + matrix / 2;
-    const uint32_t address = row_base + ((chunk ^ row_in_atom) * 16);
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
-                 "r"(a[0][ks][0]), "r"(a[0][ks][1]), "r"(a[0][ks][2]), "r"(a[0][ks][3])
-                 : "memory");
-  }
+  for (int ks = 0; ks < KS; ++ks)
+    stmatrix_x4(swizzled_stmatrix_address<Tile>(tile, row0, ks, lane), a[0][ks][0], a[0][ks][1], a[0][ks][2],
+                a[0][ks][3]);
 }
 
 }  // namespace arch

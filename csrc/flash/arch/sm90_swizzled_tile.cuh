@@ -113,31 +113,34 @@ __device__ __forceinline__ void load_swizzled_tile_async(void* tile, const T* gm
   }
 }
 
+// The address lane `lane` gives stmatrix.x4 (stmatrix_x4) to store a warp's 16 rows from row0 (a
+// multiple of 8) at 32-byte column step `step` of a SwizzledTile Tile (16 16-bit columns; 4 steps a
+// 128-byte row, step / 4 the 64-column block): matrix m is rows row0 + 8 (m % 2) at 16-byte chunk
+// 2 (step % 4) + m / 2, lane l names row l % 8 of matrix l / 8, and that chunk sits at
+// (chunk ^ row % 8) of its swizzled row, so the 8 rows of a matrix hit 8 different bank groups.
+template <typename Tile>
+__device__ __forceinline__ uint32_t swizzled_stmatrix_address(const void* tile, int row0, int step, int lane) {
+  const int matrix = lane / 8, row_in_atom = lane % 8;
+  const int chunk = 2 * (step % 4) + matrix / 2;
+  return smem_address(tile) + (step / 4) * Tile::kBlockBytes +
+         (row0 + row_in_atom + 8 * (matrix % 2)) * kSwizzleRowBytes + ((chunk ^ row_in_atom) * 16);
+}
+
 // Writes a warp's fp32 accumulators (16 rows from row0 x 8*NT columns, as T) into a SwizzledTile
-// Tile, one stmatrix.x4 per 16 columns: its four 8 x 8 matrices are rows row0 + 8 (r % 2) of atoms
-// 2j + r / 2 (register r: the lane's pair of those rows and columns, as the accumulators hold it,
-// lane 4g + t with row g's elements 2t, 2t + 1), and lane l names row l % 8 of matrix l / 8, whose
-// 16-byte chunk sits at (chunk ^ row % 8) of its swizzled row: the 8 rows of a matrix hit 8
-// different bank groups. Per thread only 4 addresses (the 16-column steps j % 4 of a 64-column
-// block; the blocks are immediate offsets), where one 32-bit store per pair needed 8 and four
-// times the stores: ptxas hoisted those out of the tile loop and spilled them, and the fp8 hd 256
-// epilogue waited on their reloads (5% of the kernel's stall samples at 4k causal, ncu,
-// benchmarks/NOTES.md v43). row0: a multiple of 8.
+// Tile, one stmatrix.x4 per 16 columns j (register r: rows row0 + 8 (r % 2) of 8-column atom
+// 2j + r / 2, the lane's pair as the accumulators hold it). Per thread only 4 addresses (j % 4;
+// the blocks are immediate offsets), where one 32-bit store per pair needed 8 and four times the
+// stores: ptxas hoisted those out of the tile loop and spilled them, and the fp8 hd 256 epilogue
+// waited on their reloads (5% of the kernel's stall samples at 4k causal, ncu, benchmarks/NOTES.md
+// v43). row0: a multiple of 8.
 template <typename Tile, int NT, typename T>
 __device__ __forceinline__ void store_accumulators_swizzled(void* tile, int row0, const float (&c)[1][NT][4], int lane) {
   static_assert(NT % 2 == 0, "whole 16-column steps");
-  const int matrix = lane / 8, row_in_atom = lane % 8;
-  const uint32_t row_base = smem_address(tile) + (row0 + row_in_atom + 8 * (matrix % 2)) * kSwizzleRowBytes;
 #pragma unroll
-  for (int j = 0; j < NT / 2; ++j) {
-    const int chunk = 2 * (j % 4) + matrix / 2;  // of the 64-column block j / 4
-    const uint32_t address = row_base + (j / 4) * Tile::kBlockBytes + ((chunk ^ row_in_atom) * 16);
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
-                 "r"(pack_pair<T>(c[0][2 * j][0], c[0][2 * j][1])), "r"(pack_pair<T>(c[0][2 * j][2], c[0][2 * j][3])),
-                 "r"(pack_pair<T>(c[0][2 * j + 1][0], c[0][2 * j + 1][1])),
-                 "r"(pack_pair<T>(c[0][2 * j + 1][2], c[0][2 * j + 1][3]))
-                 : "memory");
-  }
+  for (int j = 0; j < NT / 2; ++j)
+    stmatrix_x4(swizzled_stmatrix_address<Tile>(tile, row0, j, lane), pack_pair<T>(c[0][2 * j][0], c[0][2 * j][1]),
+                pack_pair<T>(c[0][2 * j][2], c[0][2 * j][3]), pack_pair<T>(c[0][2 * j + 1][0], c[0][2 * j + 1][1]),
+                pack_pair<T>(c[0][2 * j + 1][2], c[0][2 * j + 1][3]));
 }
 
 // Copies rows [row0, row0 + kRows) of a SwizzledTile Tile (kCols columns) to global rows of the

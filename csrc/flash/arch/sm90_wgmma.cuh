@@ -175,6 +175,15 @@ struct CoreTile {
   }
 };
 
+// stmatrix.x4: four 8 x 8 matrices of 16-bit elements, matrix i from each lane's register ai (lane 4g
+// + t holding row g's elements 2t, 2t + 1), lane l giving the shared address of row l % 8 of matrix
+// l / 8.
+__device__ __forceinline__ void stmatrix_x4(uint32_t address, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(a0), "r"(a1),
+               "r"(a2), "r"(a3)
+               : "memory");
+}
+
 // A warp's 16-bit A fragments (16 rows from row0 x 16 KS columns from col0, as
 // accumulators_to_a_fragments packs them) into a CoreTile Tile. Register r of k-step ks is one 8 x 8
 // matrix in stmatrix's layout (lane 4g + t holds row g's elements 2t, 2t + 1): rows row0 + 8 (r % 2),
@@ -191,10 +200,7 @@ __device__ __forceinline__ void store_a_fragments(void* tile, int row0, int col0
       smem_address(tile) + Tile::byte_offset(row0 + 8 * (matrix % 2) + lane % 8, col0 + 8 * (matrix / 2));
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks)
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                     base + ks * 2 * Tile::kChunkBytes),
-                 "r"(a[0][ks][0]), "r"(a[0][ks][1]), "r"(a[0][ks][2]), "r"(a[0][ks][3])
-                 : "memory");
+    stmatrix_x4(base + ks * 2 * Tile::kChunkBytes, a[0][ks][0], a[0][ks][1], a[0][ks][2], a[0][ks][3]);
 }
 
 // Issues cp.async copies of rows [0, rows_valid) x cols [0, cols_valid) of a global tile (rows
