@@ -1,7 +1,8 @@
 """Issue #13's fp8 target, measured: the CUDA fp8 (e4m3) forward on Hopper against our bf16 forward
 (target: >= 1.5x at head dims 128 and 256, seqlen >= 4k), with the Triton backend's fp8 forward and
-SDPA cuDNN's bf16 forward as peers; hidden 2048 (2048 / hd heads), batch x seqlen = 16k tokens,
-non-causal and causal; do_bench median, L2 flushed per run, the GPU idle --idle-ms before each
+SDPA cuDNN's bf16 forward as peers, and cuDNN's fp8 forward where the cuDNN frontend imports
+(cudnn_fp8_peer.py: its graph API, e4m3 O on Hopper, per-tensor descales); hidden 2048 (2048 / hd
+heads), batch x seqlen = 16k tokens, non-causal and causal; do_bench median, L2 flushed per run, the GPU idle --idle-ms before each
 measurement (measure.Timer: a kernel timed right after another that ran at the power cap starts at
 a lowered clock, benchmarks/NOTES.md v40); TFLOP/s of the forward. --fp8-env NAME=A,B times our fp8
 forward once per value of the environment variable NAME (a kernel switch read per call), in turn
@@ -23,6 +24,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from flash_attn import flash_attn_func
 from flash_attn.benchmark.impls import TRITON_SWITCH, environment
 from flash_attn.benchmark.measure import Timer
+
+import cudnn_fp8_peer
 
 FP8 = torch.float8_e4m3fn
 HIDDEN, TOKENS = 2048, 16384
@@ -65,14 +68,18 @@ def calls(batch, seqlen, heads, headdim, causal, fp8_env=None):
     if fp8_env is not None:
         name, values = fp8_env
         fp8_columns = {f"ours fp8 {name}={value}": with_env(((name, value),), ours_fp8) for value in values}
-    return {"ours bf16": lambda: flash_attn_func(q, k, v, causal=causal), **fp8_columns, "triton fp8": triton_fp8,
-            "cudnn bf16": cudnn}
+    columns = {"ours bf16": lambda: flash_attn_func(q, k, v, causal=causal), **fp8_columns, "triton fp8": triton_fp8,
+               "cudnn bf16": cudnn}
+    peer = cudnn_fp8_peer.forward_or_none(q, k, v, causal)
+    if peer is not None:
+        columns["cudnn fp8"] = peer
+    return columns
 
 
 def speed_table(headdims, seqlens, timer, fp8_env):
     names = list(calls(1, 128, 2, 128, False, fp8_env))
-    fp8_names = [name for name in names if name.startswith("ours fp8")]
-    ratios = [f"{name[len('ours '):]} / bf16" for name in fp8_names]
+    fp8_names = [name for name in names if name.startswith("ours fp8") or name == "cudnn fp8"]
+    ratios = [f"{name} / ours bf16" for name in fp8_names]
     print(f"| hd | seqlen | causal | {' | '.join(names + ratios)} |")
     print("|---|---|---|" + "---|" * (len(names) + len(ratios)))
     for headdim in headdims:
@@ -101,8 +108,10 @@ def plain_fp8_attention(q8, k8, v8, descales, causal):
 
 def error_table(headdims, seqlen=4096, heads=2):
     print(f"\nRMSE against fp32 attention of the unquantized bf16 inputs (batch 1, seqlen {seqlen}, {heads} heads)")
-    print("| hd | causal | ours bf16 | ours fp8 | triton fp8 | plain fp8 (PyTorch) |")
-    print("|---|---|---|---|---|---|")
+    with_cudnn = cudnn_fp8_peer.available()[0]
+    print("| hd | causal | ours bf16 | ours fp8 | triton fp8 | plain fp8 (PyTorch) |"
+          + (" cudnn fp8 (per-tensor descales, e4m3 O) |" if with_cudnn else ""))
+    print("|---|---|---|---|---|---|" + ("---|" if with_cudnn else ""))
     for headdim in headdims:
         for causal in (False, True):
             q, k, v = (torch.randn(1, seqlen, heads, headdim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -114,6 +123,9 @@ def error_table(headdims, seqlen=4096, heads=2):
                 triton_out = flash_attn_func(q8, k8, v8, causal=causal, **scales)
             outs = [flash_attn_func(q, k, v, causal=causal), flash_attn_func(q8, k8, v8, causal=causal, **scales),
                     triton_out, plain_fp8_attention(q8, k8, v8, (qd, kd, vd), causal)]
+            peer = cudnn_fp8_peer.forward_or_none(q, k, v, causal) if with_cudnn else None
+            if with_cudnn:
+                outs.append(peer() if peer is not None else torch.full_like(ref, float("nan")))
             errors = [(o.float() - ref).pow(2).mean().sqrt().item() for o in outs]
             print(f"| {headdim} | {causal} | " + " | ".join(f"{e:.3e}" for e in errors) + " |", flush=True)
 
@@ -132,6 +144,9 @@ def main():
         name, values = args.fp8_env.split("=", 1)
         fp8_env = (name, values.split(","))
     timer = Timer(idle_ms=args.idle_ms)
+    usable, why = cudnn_fp8_peer.available()
+    if not usable:
+        print(f"no cudnn fp8 column: {why}")
     print(f"{args.label} {torch.cuda.get_device_name()}, hidden {HIDDEN}, {TOKENS} tokens, forward TFLOP/s; "
           f"{timer.describe()}")
     speed_table(headdims, [int(x) for x in args.seqlens.split(",")], timer, fp8_env)
