@@ -19,6 +19,7 @@ import triton.language as tl  # noqa: E402 - after the skip above
 
 import flash_attn
 from flash_attn import dropout as dropout_lib
+from flash_attn.reference import attention_ref
 from feature_checks import make_cu_seqlens
 from helpers import Results, assert_matches_reference
 
@@ -389,8 +390,21 @@ def test_backward_launch_options(monkeypatch):
 def test_forward_tile_variable_is_checked(monkeypatch):
     monkeypatch.setenv(tuning.FORWARD_TILE_VARIABLE, "128,64,8")
     q = torch.randn(1, 8, 1, 32, device=DEVICE)
-    with pytest.raises(ValueError, match="FLASH_ATTENTION_TRITON_FORWARD_TILE must be four integers"):
+    with pytest.raises(ValueError, match="FLASH_ATTENTION_TRITON_FORWARD_TILE must be four or five integers"):
         triton_backend.forward(q, q, q, 0.1)
+
+
+def test_forward_tile_variable_takes_a_register_cap(monkeypatch):
+    """A fifth integer is Triton's maxnreg: the launch options carry it, and the launch runs with it."""
+    monkeypatch.setenv(tuning.FORWARD_TILE_VARIABLE, "32,32,4,2,128")
+    assert tuning.tile_from_environment(tuning.FORWARD_TILE_VARIABLE, None).launch_options() == dict(
+        BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2, maxnreg=128)
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    q, k, v = (torch.randn(1, 40, 2, 32, device=DEVICE) for _ in range(3))
+    out, _ = triton_backend.forward(q, k, v, 0.2, (-1, 0))
+    expected, _ = attention_ref(q, k, v, causal=True, softmax_scale=0.2, compute_dtype=torch.float64)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)  # fp32 kernel ("ieee" dots)
 
 
 @triton.jit

@@ -1,7 +1,8 @@
 """Tiles of the Triton backend's kernels at one head dim (issue #9): the bf16 forward, the fp8 (e4m3)
 forward and the bf16 backward (its dK / dV and dQ tiles as a pair), each candidate run through the
 experiment variables of flash_attn/triton/tuning.py ("BLOCK_M,BLOCK_N,num_warps,num_stages";
-"default" is the host's fixed tile), in one process. 16 heads, 16k tokens (batch = 16384 / seqlen),
+a fifth integer is Triton's maxnreg; "default" is the host's fixed tile), in one process; --kinds
+narrows the sweep to some of the three. 16 heads, 16k tokens (batch = 16384 / seqlen),
 non-causal and causal; do_bench median, L2 flushed per run; TFLOP/s (4 * batch * seqlen^2 * heads *
 hd, halved when causal, times 2.5 for the backward). Each candidate's output (or gradients) is
 compared with the default tile's: a correct tile differs by rounding only.
@@ -112,6 +113,7 @@ def main():
     parser.add_argument("--fp8", nargs="+", default=(DEFAULT,))
     parser.add_argument("--bwd", nargs="+", default=(DEFAULT,), help="DKDV/DQ tile pairs")
     parser.add_argument("--rep", type=int, default=100, help="do_bench's rep (ms)")
+    parser.add_argument("--kinds", nargs="+", default=tuple(KINDS), choices=tuple(KINDS), help="kinds swept")
     args = parser.parse_args()
     assert os.environ.get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE", "run with the Triton switch on"
     print(f"{torch.cuda.get_device_name()}, triton {triton.__version__}, torch {torch.__version__}; hd {args.headdim}, "
@@ -122,7 +124,8 @@ def main():
     for seqlen in args.seqlens:
         for causal in (False, True):
             shape_calls, flop = calls(args.headdim, seqlen, causal)
-            for kind, candidates in (("fwd", args.fwd), ("fp8", args.fp8), ("bwd", args.bwd)):
+            chosen = {"fwd": args.fwd, "fp8": args.fp8, "bwd": args.bwd}
+            for kind, candidates in ((kind, chosen[kind]) for kind in args.kinds):
                 shape_ratios = sweep_kind(kind, candidates, shape_calls[kind], flop, f"{seqlen} | {causal}", args.rep)
                 for candidate, ratio in shape_ratios.items():
                     ratios.setdefault((kind, candidate), []).append(ratio)

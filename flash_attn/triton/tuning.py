@@ -64,22 +64,30 @@ def interpreting():
 
 @dataclass(frozen=True)
 class Tile:
-    """One config: block sizes (block_m None where the host fixes BLOCK_M), num_warps, num_stages."""
+    """One config: block sizes (block_m None where the host fixes BLOCK_M), num_warps, num_stages, and
+    max_registers, Triton's maxnreg (NVIDIA only; None: the compiler's choice), which caps the
+    registers a thread so that more CTAs fit on an SM."""
 
     block_m: Optional[int]
     block_n: int
     num_warps: int = 4
     num_stages: int = 3
+    max_registers: Optional[int] = None
 
     def launch_options(self):
         """The keyword arguments of a fixed (untuned) launch."""
-        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages)
+        options = dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, num_warps=self.num_warps,
+                       num_stages=self.num_stages)
+        if self.max_registers is not None:
+            options["maxnreg"] = self.max_registers
+        return options
 
     def config(self):
         blocks = {"BLOCK_N": self.block_n}
         if self.block_m is not None:
             blocks["BLOCK_M"] = self.block_m
-        return triton.Config(blocks, num_warps=self.num_warps, num_stages=self.num_stages)
+        return triton.Config(blocks, num_warps=self.num_warps, num_stages=self.num_stages,
+                             maxnreg=self.max_registers)
 
 
 # The GPU lists start with the old fixed tiles (64 x 64, 32 x 32 above head dim 128, Triton's default
@@ -101,16 +109,19 @@ INTERPRETER_TILES = {"attention": (Tile(32, 32), Tile(64, 64)), "kvcache": (Tile
 
 
 def tile_from_environment(variable, default):
-    """The Tile "BLOCK_M,BLOCK_N,num_warps,num_stages" that `variable` holds (read per call), else default."""
+    """The Tile "BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg]" that `variable` holds (read per call),
+    else default."""
     text = os.environ.get(variable, "").strip()
     if not text:
         return default
     try:
-        block_m, block_n, num_warps, num_stages = (int(part) for part in text.split(","))
+        parts = [int(part) for part in text.split(",")]
     except ValueError:
-        raise ValueError(f"flash_attn Triton backend: {variable} must be four integers "
-                         f"'BLOCK_M,BLOCK_N,num_warps,num_stages', got {text!r}") from None
-    return Tile(block_m, block_n, num_warps, num_stages)
+        parts = []
+    if len(parts) not in (4, 5):
+        raise ValueError(f"flash_attn Triton backend: {variable} must be four or five integers "
+                         f"'BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg]', got {text!r}")
+    return Tile(*parts)
 
 
 def fits(config, block_d):
