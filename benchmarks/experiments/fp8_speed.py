@@ -2,17 +2,18 @@
 (target: >= 1.5x at head dims 128 and 256, seqlen >= 4k), with the Triton backend's fp8 forward and
 SDPA cuDNN's bf16 forward as peers, and cuDNN's fp8 forward where the cuDNN frontend imports
 (cudnn_fp8_peer.py: its graph API, e4m3 O on Hopper, per-tensor descales); hidden 2048 (2048 / hd
-heads), batch x seqlen = 16k tokens, non-causal and causal; do_bench median, L2 flushed per run, the GPU idle --idle-ms before each
-measurement (measure.Timer: a kernel timed right after another that ran at the power cap starts at
-a lowered clock, benchmarks/NOTES.md v40); TFLOP/s of the forward. --fp8-env NAME=A,B times our fp8
+heads), batch x seqlen = 16k tokens, non-causal and causal; do_bench median, L2 flushed per run,
+the GPU idle --idle-ms before each measurement (measure.Timer: a kernel timed right after another
+that ran at the power cap starts at a lowered clock, benchmarks/NOTES.md v40); TFLOP/s of the
+forward. --fp8-env NAME=A,B times our fp8
 forward once per value of the environment variable NAME (a kernel switch read per call), in turn
 within each configuration, one column each. Then the error
 of each fp8 forward as RMSE against an fp32 attention of the unquantized inputs, next to a plain
 fp8 attention in PyTorch (per-(batch, KV head) scaled e4m3 inputs, fp32 math, P rounded to e4m3)
 and our bf16 forward.
 
-    python benchmarks/experiments/fp8_speed.py [--label NAME] [--headdims 128,256] [--seqlens 4096,8192,16384]
-        [--idle-ms 250] [--fp8-env NAME=A,B]
+    python benchmarks/experiments/fp8_speed.py [--label NAME] [--headdims 128,256]
+        [--seqlens 4096,8192,16384] [--idle-ms 250] [--fp8-env NAME=A,B]
 """
 
 import argparse

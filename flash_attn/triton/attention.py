@@ -123,6 +123,16 @@ NVIDIA_16BIT_KV_DESCRIPTORS = {
     (256, False): False,
     (256, True): False,
 }
+# Short causal walks at hd 128 (a right window, up to SHORT_RIGHT_WINDOW_KEYS keys): 128 x 64 with 8
+# warps, 2 stages and at most 128 registers a thread, so that two CTAs share an SM (96 KB of shared
+# memory each; uncapped it takes 159-178 registers and runs alone, 0.64-0.76x the default tile). One
+# 8-warp CTA an SM waits at every step's barrier for both warpgroups (NOTES.md v37 item 4); two hide
+# each other's waits. H200, triton 3.6, 16 heads x 16k tokens, two rounds in one process (NOTES.md v44
+# item 3): 1k causal 301-302 TFLOP/s against the 128 x 128 tile's 280 (+8%; its second round read 217),
+# 1k non-causal equal (0.99-1.00), 2k causal 0.96, 4k-16k 0.86-0.94: so only walks up to 1k keys.
+# The cap spills 32 B (Triton 3.9 for sm_90, offline).
+NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE = tuning.Tile(128, 64, 8, 2, max_registers=128)
+SHORT_RIGHT_WINDOW_KEYS = 1024
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
@@ -143,14 +153,18 @@ def _forward_launch(block_d, dtype, device, right_window=False, seqlen_k=0):
     """The forward's fixed launch options: the tile of tuning.py's experiment variable where set, else
     for fp8 (not on ROCm, whose fp8 keeps the portable tile) _fp8_tile's up to head dim 128 and
     FP8_WIDE_HEAD_TILE above it, NVIDIA_16BIT_FORWARD_TILES for 16-bit inputs on NVIDIA GPUs (by
-    head dim and whether a right window, causal included, bounds the keys), else the portable blocks."""
+    head dim and whether a right window, causal included, bounds the keys; at hd 128 under a right
+    window up to SHORT_RIGHT_WINDOW_KEYS keys NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE), else the portable
+    blocks."""
     fp8 = dtype == FP8_DTYPE
     tile = tuning.tile_from_environment(tuning.FP8_FORWARD_TILE_VARIABLE if fp8 else tuning.FORWARD_TILE_VARIABLE,
                                         None)
     if tile is None and fp8 and torch.version.hip is None:
         tile = _fp8_tile(right_window, seqlen_k) if block_d <= 128 else FP8_WIDE_HEAD_TILE
     if tile is None and _nvidia_16bit(dtype, device):
-        tile = NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
+        short_causal = right_window and block_d == 128 and seqlen_k <= SHORT_RIGHT_WINDOW_KEYS
+        tile = NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE if short_causal else NVIDIA_16BIT_FORWARD_TILES[
+            (max(64, block_d), right_window)]
     return _launch_options(tile, block_d)
 
 
