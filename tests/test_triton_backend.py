@@ -37,6 +37,7 @@ def _poisoned_outputs():
     """Every test here runs with the backend's outputs poisoned (flash_attn/triton/poison.py): an
     element its kernels leave unwritten is NaN and fails the comparison."""
     previous = poison.set_poison_outputs(True)
+    triton_attention.clear_forward_plans()  # tests here replace deciding functions (_recorded_kv_described)
     yield
     poison.set_poison_outputs(previous)
 
@@ -391,6 +392,42 @@ def test_backward_launch_options(monkeypatch):
     monkeypatch.setenv(tuning.DQ_TILE_VARIABLE, "32,16,4,2")
     dkdv, dq = attention._backward_launches(64, torch.float16, cpu)
     assert dkdv == portable[0] and dq == dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=2)
+
+
+def test_forward_plans_are_reused_by_key(monkeypatch):
+    """Dense calls of one key (shapes, strides, dtypes, device, k / v alignment, flags, tile variables)
+    reuse one _ForwardPlan; another stride, window or variable makes a new one; a cached plan holds
+    no tensor; the cache stays within PLAN_CACHE_SIZE; and every call matches the reference."""
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    built = _count_calls(monkeypatch, triton_attention, "_ForwardPlan")
+    q, k, v = (torch.randn(2, 24, 2, 32, device=DEVICE) for _ in range(3))
+    wide_k = torch.randn(2, 24, 4, 32, device=DEVICE)[:, :, ::2]  # k as a strided view: another key
+
+    def check(q, k, v, window):
+        out, lse = triton_backend.forward(q, k, v, 0.3, window)
+        expected, expected_lse = attention_ref(q, k, v, causal=window == (-1, 0), softmax_scale=0.3,
+                                               compute_dtype=torch.float64)
+        torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)  # fp32 ("ieee" dots)
+        torch.testing.assert_close(lse.double(), expected_lse, atol=1e-5, rtol=1e-5)
+
+    check(q, k, v, (-1, -1))
+    check(q, k, v, (-1, -1))
+    assert len(built) == 1
+    check(torch.randn_like(q), torch.randn_like(k), torch.randn_like(v), (-1, -1))  # new data, same key
+    assert len(built) == 1
+    check(q, wide_k, v, (-1, -1))
+    check(q, k, v, (-1, 0))
+    assert len(built) == 3
+    monkeypatch.setenv(tuning.FORWARD_TILE_VARIABLE, "32,32,4,2")
+    check(q, k, v, (-1, 0))
+    assert len(built) == 4
+    for plan in triton_attention._plans.values():
+        held = list(vars(plan).values()) + [cell.cell_contents for cell in plan.grid.__closure__]
+        assert not any(torch.is_tensor(value) for value in held)
+    monkeypatch.setattr(triton_attention, "PLAN_CACHE_SIZE", 2)
+    check(q[:, :20], k, v, (-1, -1))
+    assert len(triton_attention._plans) <= 2
 
 
 def test_forward_tile_variable_is_checked(monkeypatch):

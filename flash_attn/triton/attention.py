@@ -232,7 +232,7 @@ class _Problem:
         self.group = self.heads // self.heads_k
         self.left, self.right = window
         self.softcap = float(softcap)
-        self.slopes = None if alibi_slopes is None else alibi_slopes.float().contiguous()
+        self.has_alibi = alibi_slopes is not None
         # tl.dot's smallest reduction: 16, and 32 for 8-bit operands on NVIDIA GPUs
         self.block_d = max(32 if q.dtype == FP8_DTYPE else 16, triton.next_power_of_2(self.headdim))
         self.pad_d = self.headdim != self.block_d  # the kernels' PAD_D: head-dim masks only then
@@ -242,18 +242,11 @@ class _Problem:
 
     def strides(self, t):
         """(batch, row, head) strides of a q/k/v-like tensor; batch 0 for varlen."""
-        if self.varlen:
-            return 0, t.stride(0), t.stride(1)
-        return t.stride(0), t.stride(1), t.stride(2)
+        return _row_strides(t, self.varlen)
 
     def vector_strides(self, lse):
         """(batch, head) strides of lse-like vectors: dense (b, h, s), varlen (h, total)."""
         return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
-
-    def slope_args(self, device):
-        if self.slopes is None:
-            return torch.empty(1, device=device, dtype=torch.float32), 0
-        return self.slopes, (self.slopes.stride(0) if self.slopes.dim() == 2 else 0)
 
     def query_grid(self):
         """The grid over query blocks, a function of the launch's meta-parameters (the tile may be tuned)."""
@@ -263,9 +256,15 @@ class _Problem:
         return lambda meta: (triton.cdiv(self.seqlen_k, meta["BLOCK_N"]), self.heads, self.batch)
 
     def tail_args(self, scale):
+        """The kernels' arguments after the strides: those before the softmax scale, it, those after."""
+        return (*self.tail_before_scale(), float(scale), *self.tail_after_scale())
+
+    def tail_before_scale(self):
+        return self.seqlen_q, self.seqlen_k, self.total_q, self.total_k, self.group, self.headdim
+
+    def tail_after_scale(self):
         keep_scale = 1.0 / (1.0 - self.dropout_p)
-        return (self.seqlen_q, self.seqlen_k, self.total_q, self.total_k, self.group, self.headdim, float(scale),
-                self.softcap, self.left, self.right, self.heads, dropout_lib.keep_threshold(self.dropout_p),
+        return (self.softcap, self.left, self.right, self.heads, dropout_lib.keep_threshold(self.dropout_p),
                 keep_scale)
 
     def meta(self, *fixed_launches):
@@ -279,7 +278,7 @@ class _Problem:
         block_n_bound = max([tuning.MAX_LISTED_BLOCK_N] + [launch["BLOCK_N"] for launch in fixed_launches])
         clip_right = self.right >= 0 or self.varlen or self.seqlen_k % block_n_bound != 0
         return dict(BLOCK_D=self.block_d, VARLEN=self.varlen, HAS_SOFTCAP=self.softcap > 0,
-                    HAS_ALIBI=self.slopes is not None, HAS_DROPOUT=self.dropout_p > 0,
+                    HAS_ALIBI=self.has_alibi, HAS_DROPOUT=self.dropout_p > 0,
                     DOT_PRECISION=_dot_precision(self.dtype), PAD_D=self.pad_d,
                     CLIP_LEFT=self.left >= 0, CLIP_RIGHT=clip_right)
 
@@ -356,39 +355,123 @@ def keys_contiguous(v):
     return out if dense else out[0]
 
 
+def _row_strides(t, varlen):
+    """(batch, row, head) strides of a q/k/v-like tensor, as _Problem.strides gives them."""
+    return (0, t.stride(0), t.stride(1)) if varlen else (t.stride(0), t.stride(1), t.stride(2))
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+class _ForwardPlan:
+    """What a forward launch depends on apart from its tensors' data and softmax_scale, decided from
+    shapes, strides, dtypes, flags and the tile variables (check_tensors, _Problem, the tile tables,
+    _kv_described): numbers only, so that a cached plan holds no tensor. run() allocates the outputs
+    and launches."""
+
+    def __init__(self, q, k, v, window, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                 max_seqlen_k, dropout_p, fp8):
+        check_tensors((FP8_DTYPE,) if fp8 else DTYPES, q=q, k=k, v=v)
+        pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
+                      dropout_p, rng_state=q)  # rng_state: any tensor here; run() passes the call's
+        self.fp8, self.varlen = fp8, pr.varlen
+        self.out_dtype = FP8_OUT_DTYPE if fp8 else q.dtype
+        self.lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
+        self.empty = q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0
+        seqlen_q, heads, batch = pr.seqlen_q, pr.heads, pr.batch  # the grid closes over numbers, not over pr
+        self.grid = lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]), heads, batch)
+        self.qk_strides = (*pr.strides(q), *pr.strides(k))
+        self.v_strides = None if fp8 else (*pr.strides(v), v.stride(-1))  # fp8: of V's keys-contiguous copy
+        out_strides = _contiguous_strides(q.shape)  # out: a new tensor of q's shape
+        self.out_strides = (0, *out_strides[:2]) if pr.varlen else out_strides[:3]
+        lse_strides = _contiguous_strides(self.lse_shape)
+        self.lse_strides = (0, lse_strides[0]) if pr.varlen else lse_strides[:2]
+        self.tail_before_scale, self.tail_after_scale = pr.tail_before_scale(), pr.tail_after_scale()
+        right_window = pr.right >= 0  # a causal or right window bounds the keys: the tile tables' second key
+        launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k)
+        self.described = _kv_described(k, v, pr, right_window=right_window)
+        self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
+                            KV_DESCRIPTORS=self.described, **pr.meta(launch), fixed_blocks=launch)
+
+    def run(self, q, k, v, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state, descales):
+        out = poison.unwritten(q.shape, dtype=self.out_dtype, device=q.device)
+        if self.varlen:  # rows outside every sequence keep out 0 and lse +inf; dense rows are all written
+            out.zero_()
+            lse = torch.full(self.lse_shape, float("inf"), device=q.device, dtype=torch.float32)
+        else:
+            lse = poison.unwritten(self.lse_shape, device=q.device, dtype=torch.float32)
+        if self.empty:
+            return out.zero_(), lse.fill_(float("inf"))
+        slopes, slope_stride = _slope_args(alibi_slopes, lse)
+        cu_q, cu_k = (cu_seqlens_q, cu_seqlens_k) if self.varlen else (q, q)  # unread when dense; any pointer
+        if rng_state is None:
+            rng_state = torch.zeros(2, dtype=torch.int64, device=q.device)
+        if self.fp8:
+            v = keys_contiguous(v)
+            v_strides, descale_strides = (*_row_strides(v, self.varlen), v.stride(-1)), descales.stride()[:2]
+        else:
+            v_strides, descales, descale_strides = self.v_strides, slopes, (0, 0)  # descales: any pointer
+        launch_with_scratch(
+            self.described, _forward_kernel, q.device, self.grid, q, k, v, out, lse, cu_q, cu_k, slopes, rng_state,
+            descales, *self.qk_strides, *v_strides, *self.out_strides, *self.lse_strides, slope_stride,
+            *descale_strides, *self.tail_before_scale, float(softmax_scale), *self.tail_after_scale, **self.options)
+        return out, lse
+
+
+def _slope_args(alibi_slopes, unread):
+    """(ALiBi slopes as the kernels read them, their batch stride); without ALiBi the float32 tensor
+    `unread` stands in (the kernels do not read it), so that no tensor is allocated for it."""
+    if alibi_slopes is None:
+        return unread, 0
+    slopes = alibi_slopes.float().contiguous()
+    return slopes, (slopes.stride(0) if slopes.dim() == 2 else 0)
+
+
+# Forward plans of dense calls by _plan_key: a short call's host time is mostly Python that decides
+# the same launch every time (NOTES.md v44 item 4). Cleared when it holds PLAN_CACHE_SIZE plans.
+PLAN_CACHE_SIZE = 256
+_PLAN_VARIABLES = (tuning.FORWARD_TILE_VARIABLE, tuning.FP8_FORWARD_TILE_VARIABLE, tuning.KV_DESCRIPTORS_VARIABLE,
+                   "TRITON_INTERPRET")
+_plans = {}
+
+
+def clear_forward_plans():
+    """Forgets every cached plan (tests that replace this module's deciding functions call it)."""
+    _plans.clear()
+
+
+def _plan_key(q, k, v, window, softcap, alibi_slopes, dropout_p, fp8):
+    """Everything a dense call's _ForwardPlan depends on: q / k / v's shapes, strides, dtypes and device
+    (check_tensors' verdicts and every stride), k and v's 16-byte alignment (_tma_addressable), the
+    flags and the variables the tile tables and _kv_described read."""
+    return (q.shape, q.stride(), q.dtype, k.shape, k.stride(), k.dtype, v.shape, v.stride(), v.dtype, q.device,
+            k.data_ptr() % 16, v.data_ptr() % 16, tuple(window), float(softcap), alibi_slopes is None,
+            float(dropout_p), fp8, tuple(os.environ.get(name) for name in _PLAN_VARIABLES))
+
+
 def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
             cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0, rng_state=None, descales=None):
     """(out, lse). window: (left, right) normalized as reference.normalize_window does; rng_state: the
     (2,) int64 [seed, offset] of the dropout masks (read only with dropout_p > 0). descales: for
     float8_e4m3fn q, k, v, their (3, batch, heads_k) float32 descales stacked (fp8.py checks and
-    stacks them); out is then bfloat16."""
+    stacks them); out is then bfloat16. Dense calls reuse the plan of an earlier call of the same
+    key (_plan_key); varlen calls plan each time."""
     fp8 = descales is not None
-    check_tensors((FP8_DTYPE,) if fp8 else DTYPES, q=q, k=k, v=v)
-    pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
-                  dropout_p, rng_state)
-    out = poison.unwritten(q.shape, dtype=FP8_OUT_DTYPE if fp8 else q.dtype, device=q.device)
-    lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
-    if pr.varlen:  # rows outside every sequence keep out 0 and lse +inf; dense rows are all written
-        out.zero_()
-        lse = torch.full(lse_shape, float("inf"), device=q.device, dtype=torch.float32)
-    else:
-        lse = poison.unwritten(lse_shape, device=q.device, dtype=torch.float32)
-    if q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0:
-        return out.zero_(), lse.fill_(float("inf"))
-    slopes, slope_stride = pr.slope_args(q.device)
-    descales = descales if fp8 else slopes  # any pointer when unread
-    if fp8:
-        v = keys_contiguous(v)
-    right_window = pr.right >= 0  # a causal or right window bounds the keys: the tile tables' second key
-    launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k)
-    described = _kv_described(k, v, pr, right_window=right_window)
-    launch_with_scratch(
-        described, _forward_kernel, q.device, pr.query_grid(), q, k, v, out, lse, pr.cu_q, pr.cu_k, slopes,
-        pr.rng_state, descales, *pr.strides(q), *pr.strides(k), *pr.strides(v), v.stride(-1), *pr.strides(out),
-        *pr.vector_strides(lse), slope_stride, *(descales.stride()[:2] if fp8 else (0, 0)),
-        *pr.tail_args(softmax_scale), IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
-        KV_DESCRIPTORS=described, **pr.meta(launch), fixed_blocks=launch)
-    return out, lse
+    key = None if cu_seqlens_q is not None else _plan_key(q, k, v, window, softcap, alibi_slopes, dropout_p, fp8)
+    plan = _plans.get(key) if key is not None else None
+    if plan is None:
+        plan = _ForwardPlan(q, k, v, window, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                            max_seqlen_k, dropout_p, fp8)
+        if key is not None:
+            if len(_plans) >= PLAN_CACHE_SIZE:
+                _plans.clear()
+            _plans[key] = plan
+    return plan.run(q, k, v, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state, descales)
 
 
 def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None,
@@ -418,7 +501,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.
             out, dout, delta, pr.cu_q, *pr.strides(out), *pr.strides(dout), *pr.vector_strides(lse), pr.seqlen_q,
             pr.total_q, pr.headdim, BLOCK_M=delta_rows, BLOCK_D=pr.block_d, VARLEN=pr.varlen,
             PAD_D=pr.pad_d)
-        slopes, slope_stride = pr.slope_args(q.device)
+        slopes, slope_stride = _slope_args(alibi_slopes, lse)
         common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(dout), *pr.vector_strides(lse),
                   slope_stride)
         dkdv_launch, dq_launch = _backward_launches(pr.block_d, q.dtype, q.device)
