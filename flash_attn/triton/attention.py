@@ -249,11 +249,14 @@ class _Problem:
         return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
 
     def query_grid(self):
-        """The grid over query blocks, a function of the launch's meta-parameters (the tile may be tuned)."""
-        return lambda meta: (triton.cdiv(self.seqlen_q, meta["BLOCK_M"]), self.heads, self.batch)
+        """The grid over query blocks, a function of the launch's meta-parameters (the tile may be tuned);
+        it closes over numbers, not over the problem and its tensors (a cached _ForwardPlan keeps it)."""
+        seqlen_q, heads, batch = self.seqlen_q, self.heads, self.batch
+        return lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]), heads, batch)
 
     def key_grid(self):
-        return lambda meta: (triton.cdiv(self.seqlen_k, meta["BLOCK_N"]), self.heads, self.batch)
+        seqlen_k, heads, batch = self.seqlen_k, self.heads, self.batch
+        return lambda meta: (triton.cdiv(seqlen_k, meta["BLOCK_N"]), heads, batch)
 
     def tail_args(self, scale):
         """The kernels' arguments after the strides: those before the softmax scale, it, those after."""
@@ -383,8 +386,7 @@ class _ForwardPlan:
         self.out_dtype = FP8_OUT_DTYPE if fp8 else q.dtype
         self.lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
         self.empty = q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0
-        seqlen_q, heads, batch = pr.seqlen_q, pr.heads, pr.batch  # the grid closes over numbers, not over pr
-        self.grid = lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]), heads, batch)
+        self.grid = pr.query_grid()
         self.qk_strides = (*pr.strides(q), *pr.strides(k))
         self.v_strides = None if fp8 else (*pr.strides(v), v.stride(-1))  # fp8: of V's keys-contiguous copy
         out_strides = _contiguous_strides(q.shape)  # out: a new tensor of q's shape
