@@ -5,11 +5,15 @@ triton_tutorial_peer.py loads it), bf16 / fp16 forward at 16 heads x 16k tokens,
   back-to-back: wall time of N calls issued without waiting, then one synchronize (what a host-bound
   loop gets); do_bench: triton.testing.do_bench's median (L2 flushed between calls, as the comparison).
 If kernel is at the tutorial's level while back-to-back is not, the cell is bound by host time.
+--backward times the backward instead: torch.autograd.grad of a retained forward graph (the tutorial
+comparison's backward call), ours and, under a causal mask only (the only one its backward takes),
+the tutorial's.
 
     FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE python benchmarks/experiments/triton_kernel_time.py --seqlens 1024
 """
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -20,7 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from call_profile import profiled  # noqa: E402
 from padded_step_profile import wall_us  # noqa: E402
 from triton_tutorial_peer import (HEADS, TOKENS, TUTORIAL_PATH, Tutorial, keep_hopper_configs,  # noqa: E402
-                                  load_tutorial)
+                                  load_tutorial, ours_backward, tutorial_backward)
 
 from flash_attn import flash_attn_func  # noqa: E402
 
@@ -31,10 +35,33 @@ def kernel_us(call, calls=20):
     return total / calls
 
 
+def forward_calls(q, k, v, causal, tutorial):
+    """{who: a forward call} of ours (bf16) and the tutorial's (fp16, its layout) on q, k, v."""
+    calls = {"ours bf16": lambda: flash_attn_func(q, k, v, causal=causal)}
+    if tutorial is not None:
+        tq, tk, tv = (Tutorial.layout(t.half()) for t in (q, k, v))
+        calls["tutorial fp16"] = lambda: tutorial("fwd", tq, tk, tv, causal, q.shape[-1] ** -0.5)
+    return calls
+
+
+def backward_calls(q, k, v, causal, tutorial):
+    """{who: a backward call} (autograd.grad of a retained forward graph) of ours (bf16) and, causal
+    only, the tutorial's (fp16)."""
+    dout = torch.randn_like(q)
+    calls = {"ours bf16": ours_backward(q, k, v, causal, dout)[1]}
+    if tutorial is not None and causal:
+        halves = [t.half() for t in (q, k, v, dout)]
+        call = tutorial_backward(tutorial, *halves[:3], causal, q.shape[-1] ** -0.5, halves[3])[1]
+        if call is not None:
+            calls["tutorial fp16"] = call
+    return calls
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--headdims", nargs="+", type=int, default=(64, 128))
     parser.add_argument("--seqlens", nargs="+", type=int, default=(1024,))
+    parser.add_argument("--backward", action="store_true", help="time the backward (autograd.grad) instead")
     args = parser.parse_args()
     module, error = load_tutorial(os.path.normpath(TUTORIAL_PATH))
     if module is None:
@@ -42,7 +69,8 @@ def main():
     else:
         keep_hopper_configs(module)
     tutorial = Tutorial(module) if module is not None else None
-    print(f"{torch.cuda.get_device_name()}, 16 heads, 16k tokens, forward, µs per call")
+    pass_name = "backward (autograd.grad of a retained graph)" if args.backward else "forward"
+    print(f"{torch.cuda.get_device_name()}, 16 heads, 16k tokens, {pass_name}, µs per call")
     print("| hd | seqlen | causal | who | kernel | back-to-back | do_bench |")
     print("|---|---|---|---|---|---|---|")
     for hd in args.headdims:
@@ -50,12 +78,10 @@ def main():
             for causal in (False, True):
                 batch = TOKENS // seqlen
                 q, k, v = (torch.randn(batch, seqlen, HEADS, hd, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-                calls = {"ours bf16": lambda: flash_attn_func(q, k, v, causal=causal)}
-                if tutorial is not None:
-                    tq, tk, tv = (Tutorial.layout(t.half()) for t in (q, k, v))
-                    calls["tutorial fp16"] = lambda: tutorial("fwd", tq, tk, tv, causal, hd ** -0.5)
+                calls = (backward_calls(q, k, v, causal, tutorial) if args.backward
+                         else forward_calls(q, k, v, causal, tutorial))
                 for who, call in calls.items():
-                    with torch.no_grad():
+                    with torch.no_grad() if not args.backward else contextlib.nullcontext():
                         row = (kernel_us(call), wall_us(call, steps=200, warmup=1),
                                do_bench(call, warmup=25, rep=100) * 1e3)
                     print(f"| {hd} | {seqlen} | {causal} | {who} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
