@@ -18,9 +18,9 @@ try:
     import cudnn
 except ImportError as error:  # the optional peer: its absence is reported, not fatal
     cudnn = None
-    _IMPORT_ERROR = f"cudnn frontend not importable ({error})"
+    _UNAVAILABLE = f"cudnn frontend not importable ({error})"
 else:
-    _IMPORT_ERROR = None
+    _UNAVAILABLE = None
 
 FP8 = torch.float8_e4m3fn
 P_SCALE = 256.0  # 2^8: P's largest value 256 in e4m3 (max 448), as our kernel scales P
@@ -28,7 +28,7 @@ P_SCALE = 256.0  # 2^8: P's largest value 256 in e4m3 (max 448), as our kernel s
 
 def available():
     """(True, None) where the frontend imports, else (False, why)."""
-    return (_IMPORT_ERROR is None, _IMPORT_ERROR)
+    return (_UNAVAILABLE is None, _UNAVAILABLE)
 
 
 _HANDLES = {}
@@ -97,15 +97,15 @@ def forward_or_none(q, k, v, causal):
     """A CudnnFp8Forward of q, k, v (16-bit, quantized here per tensor), or None where the peer is
     unavailable or its graph cannot be built; a build failure is reported once and turns the peer off
     (available() then says why), so that every table row has the same columns."""
-    global _IMPORT_ERROR
-    if _IMPORT_ERROR is not None:
+    global _UNAVAILABLE
+    if _UNAVAILABLE is not None:
         return None
     quantized = [per_tensor_quantize(x) for x in (q, k, v)]
     try:
         return CudnnFp8Forward(*(x for x, _ in quantized), [d for _, d in quantized], causal)
     except Exception as error:  # the frontend's errors have no common base class
-        _IMPORT_ERROR = f"cuDNN fp8 graph not built: {type(error).__name__}: {error}"
-        print(_IMPORT_ERROR, flush=True)
+        _UNAVAILABLE = f"cuDNN fp8 graph not built: {type(error).__name__}: {error}"
+        print(_UNAVAILABLE, flush=True)
         return None
 
 
