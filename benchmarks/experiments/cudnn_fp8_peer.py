@@ -1,7 +1,8 @@
 """cuDNN's fp8 (e4m3) attention forward as a peer of ours (issue #13's fp8 target): SDPA through the
 cuDNN frontend's graph API (`graph.sdpa_fp8`, the nvidia-cudnn-frontend wheel; PyTorch's SDPA takes no
-fp8 inputs), run on the cuDNN library torch loaded. On Hopper cuDNN writes O in e4m3 (bf16 O is for
-Blackwell), so this peer writes half the output bytes ours does; its descales are one scalar per
+fp8 inputs), run on the cuDNN library torch loaded. The graph asks for O in e4m3 (cuDNN frontend
+users' code reads bf16 O as Blackwell-only; not tried here), so this peer writes half the output bytes
+ours does; its descales are one scalar per
 tensor where ours are per (batch, KV head). P is scaled by 2^8 into e4m3 (scale_s) and back after
 P.V (descale_s), as our kernel does.
 

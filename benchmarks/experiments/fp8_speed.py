@@ -1,7 +1,7 @@
 """Issue #13's fp8 target, measured: the CUDA fp8 (e4m3) forward on Hopper against our bf16 forward
 (target: >= 1.5x at head dims 128 and 256, seqlen >= 4k), with the Triton backend's fp8 forward and
 SDPA cuDNN's bf16 forward as peers, and cuDNN's fp8 forward where the cuDNN frontend imports
-(cudnn_fp8_peer.py: its graph API, e4m3 O on Hopper, per-tensor descales); hidden 2048 (2048 / hd
+(cudnn_fp8_peer.py: its graph API, e4m3 O, per-tensor descales); hidden 2048 (2048 / hd
 heads), batch x seqlen = 16k tokens, non-causal and causal; do_bench median, L2 flushed per run,
 the GPU idle --idle-ms before each measurement (measure.Timer: a kernel timed right after another
 that ran at the power cap starts at a lowered clock, benchmarks/NOTES.md v40); TFLOP/s of the

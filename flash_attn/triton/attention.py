@@ -125,15 +125,24 @@ NVIDIA_16BIT_KV_DESCRIPTORS = {
 }
 # Short causal walks at hd 128 (a right window, up to SHORT_RIGHT_WINDOW_KEYS keys): 128 x 64 with 8
 # warps, 2 stages and at most 128 registers a thread, so that two CTAs share an SM (96 KB of shared
-# memory each; uncapped it takes 159-178 registers and runs alone, 0.64-0.76x the default tile). One
+# memory each; uncapped it takes 159-178 registers (Triton 3.9 for sm_90, offline) and runs alone,
+# 0.64-0.76x the default tile on the H200). One
 # 8-warp CTA an SM waits at every step's barrier for both warpgroups (NOTES.md v37 item 4); two hide
 # each other's waits. H200, triton 3.6, 16 heads x 16k tokens, two rounds in one process (NOTES.md v44
 # item 3): 1k causal 301-302 TFLOP/s against the 128 x 128 tile's 280 (+8%; its second round read 217),
 # 1k non-causal equal (0.99-1.00), 2k causal 0.96, 4k-16k 0.86-0.94: so only walks up to 1k keys.
-# The cap spills 32 B (Triton 3.9 for sm_90, offline).
+# The cap spills 32 B (offline, as above).
 NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE = tuning.Tile(128, 64, 8, 2, max_registers=128)
 SHORT_RIGHT_WINDOW_KEYS = 1024
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+
+
+def _nvidia_16bit_tile(block_d, right_window, seqlen_k):
+    """The 16-bit forward's fixed tile on NVIDIA GPUs: by padded head dim and whether a right window
+    bounds the keys, and at hd 128 under a right window by seqlen_k (as _fp8_tile goes by it)."""
+    if right_window and block_d == 128 and seqlen_k <= SHORT_RIGHT_WINDOW_KEYS:
+        return NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE
+    return NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
 
 
 def _nvidia_16bit(dtype, device):
@@ -162,9 +171,7 @@ def _forward_launch(block_d, dtype, device, right_window=False, seqlen_k=0):
     if tile is None and fp8 and torch.version.hip is None:
         tile = _fp8_tile(right_window, seqlen_k) if block_d <= 128 else FP8_WIDE_HEAD_TILE
     if tile is None and _nvidia_16bit(dtype, device):
-        short_causal = right_window and block_d == 128 and seqlen_k <= SHORT_RIGHT_WINDOW_KEYS
-        tile = NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE if short_causal else NVIDIA_16BIT_FORWARD_TILES[
-            (max(64, block_d), right_window)]
+        tile = _nvidia_16bit_tile(block_d, right_window, seqlen_k)
     return _launch_options(tile, block_d)
 
 
@@ -207,6 +214,11 @@ def _tma_addressable(t):
     return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(b > 0 and b % 16 == 0 for b in row_bytes))
 
 
+def _rng_state_or_zeros(rng_state, device):
+    """The call's [seed, offset], or zeros where it has none (read only with dropout)."""
+    return rng_state if rng_state is not None else torch.zeros(2, dtype=torch.int64, device=device)
+
+
 def _dot_precision(dtype):
     """fp32 inputs multiply in full fp32 ("ieee"), not TF32: the fp32 path is for accuracy."""
     return "ieee" if dtype == torch.float32 else "tf32"
@@ -238,7 +250,7 @@ class _Problem:
         self.pad_d = self.headdim != self.block_d  # the kernels' PAD_D: head-dim masks only then
         self.dtype = q.dtype
         self.dropout_p = float(dropout_p)
-        self.rng_state = rng_state if rng_state is not None else torch.zeros(2, dtype=torch.int64, device=q.device)
+        self.rng_state = _rng_state_or_zeros(rng_state, q.device)
 
     def strides(self, t):
         """(batch, row, head) strides of a q/k/v-like tensor; batch 0 for varlen."""
@@ -411,8 +423,7 @@ class _ForwardPlan:
             return out.zero_(), lse.fill_(float("inf"))
         slopes, slope_stride = _slope_args(alibi_slopes, lse)
         cu_q, cu_k = (cu_seqlens_q, cu_seqlens_k) if self.varlen else (q, q)  # unread when dense; any pointer
-        if rng_state is None:
-            rng_state = torch.zeros(2, dtype=torch.int64, device=q.device)
+        rng_state = _rng_state_or_zeros(rng_state, q.device)
         if self.fp8:
             v = keys_contiguous(v)
             v_strides, descale_strides = (*_row_strides(v, self.varlen), v.stride(-1)), descales.stride()[:2]
