@@ -37,7 +37,7 @@ def _poisoned_outputs():
     """Every test here runs with the backend's outputs poisoned (flash_attn/triton/poison.py): an
     element its kernels leave unwritten is NaN and fails the comparison."""
     previous = poison.set_poison_outputs(True)
-    triton_attention.clear_forward_plans()  # tests here replace deciding functions (_recorded_kv_described)
+    triton_attention.clear_plans()  # tests here replace deciding functions (_recorded_kv_described)
     yield
     poison.set_poison_outputs(previous)
 
@@ -422,12 +422,39 @@ def test_forward_plans_are_reused_by_key(monkeypatch):
     monkeypatch.setenv(tuning.FORWARD_TILE_VARIABLE, "32,32,4,2")
     check(q, k, v, (-1, 0))
     assert len(built) == 4
-    for plan in triton_attention._plans.values():
+    for plan in triton_attention._forward_plans.plans.values():
         held = list(vars(plan).values()) + [cell.cell_contents for cell in plan.grid.__closure__]
         assert not any(torch.is_tensor(value) for value in held)
     monkeypatch.setattr(triton_attention, "PLAN_CACHE_SIZE", 2)
     check(q[:, :20], k, v, (-1, -1))
-    assert len(triton_attention._plans) <= 2
+    assert len(triton_attention._forward_plans.plans) <= 2
+
+
+def test_backward_plans_are_reused_by_key(monkeypatch):
+    """Dense backward calls of one layout and flags reuse one _BackwardPlan, GQA and a strided dout
+    included; each call's gradients match the reference's; a cached plan holds no tensor."""
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    built = _count_calls(monkeypatch, triton_attention, "_BackwardPlan")
+    q = torch.randn(2, 24, 4, 32, device=DEVICE).requires_grad_()
+    k, v = (torch.randn(2, 30, 2, 32, device=DEVICE).requires_grad_() for _ in range(2))
+
+    def check(dout):
+        out, lse = triton_backend.forward(q, k, v, 0.3, (-1, 0))
+        grads = triton_backend.backward(dout, q, k, v, out, lse, 0.3, (-1, 0))
+        expected, _ = attention_ref(q, k, v, causal=True, softmax_scale=0.3, compute_dtype=torch.float64)
+        for got, want in zip(grads, torch.autograd.grad(expected, (q, k, v), dout.double())):
+            torch.testing.assert_close(got.double(), want.double(), atol=1e-4, rtol=1e-4)  # fp32 ("ieee" dots)
+
+    check(torch.randn(2, 24, 4, 32, device=DEVICE))
+    check(torch.randn(2, 24, 4, 32, device=DEVICE))
+    assert len(built) == 1
+    check(torch.randn(2, 24, 4, 64, device=DEVICE)[..., ::2])  # dout with a strided last dimension
+    assert len(built) == 2
+    for plan in triton_attention._backward_plans.plans.values():
+        held = list(vars(plan).values()) + [cell.cell_contents for grid in (plan.key_grid, plan.query_grid)
+                                            for cell in grid.__closure__]
+        assert not any(torch.is_tensor(value) for value in held)
 
 
 def test_forward_tile_variable_is_checked(monkeypatch):

@@ -383,6 +383,12 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
+def _new_row_strides(shape, varlen):
+    """_row_strides of a new (contiguous) q/k/v-like tensor of `shape`."""
+    strides = _contiguous_strides(shape)
+    return (0, *strides[:2]) if varlen else strides[:3]
+
+
 class _ForwardPlan:
     """What a forward launch depends on apart from its tensors' data and softmax_scale, decided from
     shapes, strides, dtypes, flags and the tile variables (check_tensors, _Problem, the tile tables,
@@ -401,8 +407,7 @@ class _ForwardPlan:
         self.grid = pr.query_grid()
         self.qk_strides = (*pr.strides(q), *pr.strides(k))
         self.v_strides = None if fp8 else (*pr.strides(v), v.stride(-1))  # fp8: of V's keys-contiguous copy
-        out_strides = _contiguous_strides(q.shape)  # out: a new tensor of q's shape
-        self.out_strides = (0, *out_strides[:2]) if pr.varlen else out_strides[:3]
+        self.out_strides = _new_row_strides(q.shape, pr.varlen)  # out: a new tensor of q's shape
         lse_strides = _contiguous_strides(self.lse_shape)
         self.lse_strides = (0, lse_strides[0]) if pr.varlen else lse_strides[:2]
         self.tail_before_scale, self.tail_after_scale = pr.tail_before_scale(), pr.tail_after_scale()
@@ -445,26 +450,49 @@ def _slope_args(alibi_slopes, unread):
     return slopes, (slopes.stride(0) if slopes.dim() == 2 else 0)
 
 
-# Forward plans of dense calls by _plan_key: a short call's host time is mostly Python that decides
-# the same launch every time (NOTES.md v44 item 4). Cleared when it holds PLAN_CACHE_SIZE plans.
+class _PlanCache:
+    """Launch plans of dense calls by key: a short call's host time is mostly Python that decides the
+    same launches every time (NOTES.md v44 item 4). Cleared when it holds PLAN_CACHE_SIZE plans."""
+
+    def __init__(self):
+        self.plans = {}
+
+    def get(self, key, build):
+        """The plan of `key` (None: not cacheable), built by build() where there is none."""
+        plan = self.plans.get(key) if key is not None else None
+        if plan is None:
+            plan = build()
+            if key is not None:
+                if len(self.plans) >= PLAN_CACHE_SIZE:
+                    self.plans.clear()
+                self.plans[key] = plan
+        return plan
+
+
 PLAN_CACHE_SIZE = 256
 _PLAN_VARIABLES = (tuning.FORWARD_TILE_VARIABLE, tuning.FP8_FORWARD_TILE_VARIABLE, tuning.KV_DESCRIPTORS_VARIABLE,
-                   "TRITON_INTERPRET")
-_plans = {}
+                   tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE, "TRITON_INTERPRET")
+_forward_plans, _backward_plans = _PlanCache(), _PlanCache()
 
 
-def clear_forward_plans():
+def clear_plans():
     """Forgets every cached plan (tests that replace this module's deciding functions call it)."""
-    _plans.clear()
+    _forward_plans.plans.clear()
+    _backward_plans.plans.clear()
+
+
+def _layout_key(*tensors):
+    """The shapes, strides and dtypes of `tensors` and the first one's device, the variables the tile
+    tables and _kv_described read: what every plan depends on besides its call's flags."""
+    return (tuple((t.shape, t.stride(), t.dtype) for t in tensors), tensors[0].device,
+            tuple(os.environ.get(name) for name in _PLAN_VARIABLES))
 
 
 def _plan_key(q, k, v, window, softcap, alibi_slopes, dropout_p, fp8):
-    """Everything a dense call's _ForwardPlan depends on: q / k / v's shapes, strides, dtypes and device
-    (check_tensors' verdicts and every stride), k and v's 16-byte alignment (_tma_addressable), the
-    flags and the variables the tile tables and _kv_described read."""
-    return (q.shape, q.stride(), q.dtype, k.shape, k.stride(), k.dtype, v.shape, v.stride(), v.dtype, q.device,
-            k.data_ptr() % 16, v.data_ptr() % 16, tuple(window), float(softcap), alibi_slopes is None,
-            float(dropout_p), fp8, tuple(os.environ.get(name) for name in _PLAN_VARIABLES))
+    """Everything a dense call's _ForwardPlan depends on: q / k / v's layouts (check_tensors' verdicts
+    and every stride), k and v's 16-byte alignment (_tma_addressable), the flags and the variables."""
+    return (_layout_key(q, k, v), k.data_ptr() % 16, v.data_ptr() % 16, tuple(window), float(softcap),
+            alibi_slopes is None, float(dropout_p), fp8)
 
 
 def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
@@ -476,55 +504,90 @@ def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=N
     key (_plan_key); varlen calls plan each time."""
     fp8 = descales is not None
     key = None if cu_seqlens_q is not None else _plan_key(q, k, v, window, softcap, alibi_slopes, dropout_p, fp8)
-    plan = _plans.get(key) if key is not None else None
-    if plan is None:
-        plan = _ForwardPlan(q, k, v, window, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                            max_seqlen_k, dropout_p, fp8)
-        if key is not None:
-            if len(_plans) >= PLAN_CACHE_SIZE:
-                _plans.clear()
-            _plans[key] = plan
+    plan = _forward_plans.get(key, lambda: _ForwardPlan(q, k, v, window, softcap, alibi_slopes, cu_seqlens_q,
+                                                        cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, fp8))
     return plan.run(q, k, v, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state, descales)
+
+
+def _given_or_contiguous(t, row_major):
+    """t where its last dimension is contiguous (row_major), else its contiguous copy."""
+    return t if row_major else t.contiguous()
+
+
+class _BackwardPlan:
+    """The backward's launches apart from its tensors' data and softmax_scale (as _ForwardPlan is the
+    forward's): numbers only. run() makes dout / out / lse readable, allocates, launches the D, dK /
+    dV and dQ kernels and sums the dK / dV slices of each KV head."""
+
+    def __init__(self, dout, q, k, v, out, lse, window, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                 max_seqlen_q, max_seqlen_k, dropout_p):
+        check_tensors(q=q, k=k, v=v)
+        pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
+                      dropout_p, rng_state=q)  # rng_state: any tensor here; run() passes the call's
+        self.dout_row_major, self.out_row_major = dout.stride(-1) == 1, out.stride(-1) == 1
+        dout = _given_or_contiguous(dout, self.dout_row_major)
+        out = _given_or_contiguous(out, self.out_row_major)
+        lse = lse.contiguous()  # D below is laid out like it
+        self.varlen, self.group = pr.varlen, pr.group
+        self.runs = q.numel() > 0 and k.numel() > 0 and pr.batch > 0
+        # one dK / dV slice per query head, summed over the query heads of each KV head in run()
+        self.slice_shape = (*k.shape[:-2], pr.heads, pr.headdim)
+        self.grouped_shape = (*k.shape[:-2], pr.heads_k, pr.group, pr.headdim)
+        slices = torch.empty_strided(self.slice_shape, _contiguous_strides(self.slice_shape), device="meta")
+        check_offsets(dout=dout, out=out, **{"the per-query-head dK / dV buffer (k's tokens x nheads x headdim)":
+                                             slices})
+        delta_rows = max(16, min(128, 8192 // pr.block_d))
+        self.delta_grid = (triton.cdiv(pr.seqlen_q, delta_rows), pr.heads, pr.batch)
+        self.delta_args = (*pr.strides(out), *pr.strides(dout), *pr.vector_strides(lse), pr.seqlen_q, pr.total_q,
+                           pr.headdim)
+        self.delta_options = dict(BLOCK_M=delta_rows, BLOCK_D=pr.block_d, VARLEN=pr.varlen, PAD_D=pr.pad_d)
+        self.common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(dout), *pr.vector_strides(lse))
+        self.dq_strides = _new_row_strides(q.shape, pr.varlen)
+        self.slice_strides = _new_row_strides(self.slice_shape, pr.varlen)
+        self.tail_before_scale, self.tail_after_scale = pr.tail_before_scale(), pr.tail_after_scale()
+        dkdv_launch, dq_launch = _backward_launches(pr.block_d, q.dtype, q.device)
+        meta = pr.meta(dkdv_launch, dq_launch)
+        self.key_grid, self.query_grid = pr.key_grid(), pr.query_grid()
+        self.dkdv_options = dict(**meta, fixed_blocks=dkdv_launch)
+        self.dq_options = dict(**meta, fixed_blocks=dq_launch)
+
+    def run(self, dout, q, k, v, out, lse, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state):
+        dout = _given_or_contiguous(dout, self.dout_row_major)
+        out = _given_or_contiguous(out, self.out_row_major)
+        lse = lse.contiguous()
+        # dense: the kernels write every element; varlen: rows outside every sequence stay 0
+        new = poison.unwritten if self.runs and not self.varlen else torch.zeros
+        dq = new(q.shape, device=q.device, dtype=q.dtype)
+        dk_slices = new(self.slice_shape, device=k.device, dtype=k.dtype)
+        dv_slices = new(self.slice_shape, device=k.device, dtype=k.dtype)
+        if self.runs:
+            cu_q, cu_k = (cu_seqlens_q, cu_seqlens_k) if self.varlen else (q, q)  # unread when dense
+            if rng_state is None:
+                rng_state = torch.zeros(2, dtype=torch.int64, device=q.device)
+            delta = torch.empty_like(lse)  # D = rowsum(dO * O), laid out like lse
+            kernels.attention_backward_delta_kernel[self.delta_grid](out, dout, delta, cu_q, *self.delta_args,
+                                                                     **self.delta_options)
+            slopes, slope_stride = _slope_args(alibi_slopes, lse)
+            tail = (*self.tail_before_scale, float(softmax_scale), *self.tail_after_scale)
+            _dkdv_kernel(self.key_grid, q, k, v, dout, lse, delta, dk_slices, dv_slices, cu_q, cu_k, slopes,
+                         rng_state, *self.common, slope_stride, *self.slice_strides, *tail, **self.dkdv_options)
+            _dq_kernel(self.query_grid, q, k, v, dout, lse, delta, dq, cu_q, cu_k, slopes, rng_state, *self.common,
+                       slope_stride, *self.dq_strides, *tail, **self.dq_options)
+        if self.group == 1:
+            return dq, dk_slices, dv_slices
+        return dq, dk_slices.view(self.grouped_shape).sum(-2), dv_slices.view(self.grouped_shape).sum(-2)
 
 
 def backward(dout, q, k, v, out, lse, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None,
              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0,
              rng_state=None):
-    """(dq, dk, dv) for the forward's (out, lse), with its dropout_p and rng_state."""
-    check_tensors(q=q, k=k, v=v)
-    pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
-                  dropout_p, rng_state)
-    dout = dout.contiguous() if dout.stride(-1) != 1 else dout
-    out = out.contiguous() if out.stride(-1) != 1 else out
-    lse = lse.contiguous()  # D below is laid out like it
-    runs = q.numel() > 0 and k.numel() > 0 and pr.batch > 0
-    # dense: the kernels write every element; varlen: rows outside every sequence stay 0
-    new = poison.unwritten if runs and not pr.varlen else torch.zeros
-    dq = new(q.shape, device=q.device, dtype=q.dtype)
-    # one dK / dV slice per query head, summed over the query heads of each KV head below
-    slice_shape = (*k.shape[:-2], pr.heads, pr.headdim)
-    dk_slices = new(slice_shape, device=k.device, dtype=k.dtype)
-    dv_slices = new(slice_shape, device=k.device, dtype=k.dtype)
-    slices = "the per-query-head dK / dV buffer (k's tokens x nheads x headdim)"
-    check_offsets(dout=dout, out=out, **{slices: dk_slices})
-    if runs:
-        delta = torch.empty_like(lse)  # D = rowsum(dO * O), laid out like lse
-        delta_rows = max(16, min(128, 8192 // pr.block_d))
-        kernels.attention_backward_delta_kernel[(triton.cdiv(pr.seqlen_q, delta_rows), pr.heads, pr.batch)](
-            out, dout, delta, pr.cu_q, *pr.strides(out), *pr.strides(dout), *pr.vector_strides(lse), pr.seqlen_q,
-            pr.total_q, pr.headdim, BLOCK_M=delta_rows, BLOCK_D=pr.block_d, VARLEN=pr.varlen,
-            PAD_D=pr.pad_d)
-        slopes, slope_stride = _slope_args(alibi_slopes, lse)
-        common = (*pr.strides(q), *pr.strides(k), *pr.strides(v), *pr.strides(dout), *pr.vector_strides(lse),
-                  slope_stride)
-        dkdv_launch, dq_launch = _backward_launches(pr.block_d, q.dtype, q.device)
-        meta = pr.meta(dkdv_launch, dq_launch)
-        _dkdv_kernel(pr.key_grid(), q, k, v, dout, lse, delta, dk_slices, dv_slices, pr.cu_q, pr.cu_k, slopes,
-                     pr.rng_state, *common, *pr.strides(dk_slices), *pr.tail_args(softmax_scale), **meta,
-                     fixed_blocks=dkdv_launch)
-        _dq_kernel(pr.query_grid(), q, k, v, dout, lse, delta, dq, pr.cu_q, pr.cu_k, slopes, pr.rng_state, *common,
-                   *pr.strides(dq), *pr.tail_args(softmax_scale), **meta, fixed_blocks=dq_launch)
-    if pr.group == 1:
-        return dq, dk_slices, dv_slices
-    grouped = (*k.shape[:-2], pr.heads_k, pr.group, pr.headdim)
-    return dq, dk_slices.view(grouped).sum(-2), dv_slices.view(grouped).sum(-2)
+    """(dq, dk, dv) for the forward's (out, lse), with its dropout_p and rng_state. Dense calls reuse the
+    plan of an earlier call of the same layouts and flags; varlen calls plan each time."""
+    key = None
+    if cu_seqlens_q is None:
+        key = (_layout_key(q, k, v, dout, out, lse), tuple(window), float(softcap), alibi_slopes is None,
+               float(dropout_p))
+    plan = _backward_plans.get(key, lambda: _BackwardPlan(dout, q, k, v, out, lse, window, softcap, alibi_slopes,
+                                                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                          dropout_p))
+    return plan.run(dout, q, k, v, out, lse, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state)
