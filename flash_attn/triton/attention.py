@@ -562,8 +562,7 @@ class _BackwardPlan:
         dv_slices = new(self.slice_shape, device=k.device, dtype=k.dtype)
         if self.runs:
             cu_q, cu_k = (cu_seqlens_q, cu_seqlens_k) if self.varlen else (q, q)  # unread when dense
-            if rng_state is None:
-                rng_state = torch.zeros(2, dtype=torch.int64, device=q.device)
+            rng_state = _rng_state_or_zeros(rng_state, q.device)
             delta = torch.empty_like(lse)  # D = rowsum(dO * O), laid out like lse
             kernels.attention_backward_delta_kernel[self.delta_grid](out, dout, delta, cu_q, *self.delta_args,
                                                                      **self.delta_options)
