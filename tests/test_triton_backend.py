@@ -717,6 +717,33 @@ def test_triton_kvcache_wide_cache_addressing(monkeypatch, name):
     check_kvcache(case, DEVICE)
 
 
+def test_triton_kvcache_combine(monkeypatch):
+    """The split-KV combine kernel against its formula in fp64: parts weighted by exp(lse_s - lse), a
+    part with lse +inf (no visible key) weighing 0, a row with no key in any part giving out 0 and lse
+    +inf; out in the requested dtype; one part is only cast."""
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from flash_attn.triton import kvcache
+
+    splits, batch, seqlen_q, heads, headdim = 5, 2, 3, 4, 40
+    parts = torch.randn(splits, batch, seqlen_q, heads, headdim, device=DEVICE)
+    lse_parts = torch.randn(splits, batch, heads, seqlen_q, device=DEVICE) * 4
+    lse_parts[1, 0] = float("inf")  # a split with no key for batch entry 0
+    lse_parts[:, 1, 2, 1] = float("inf")  # batch 1, head 2, row 1: no key anywhere
+    out, lse = kvcache._combine(parts, lse_parts, torch.float16)
+    finite = torch.where(torch.isposinf(lse_parts), float("-inf"), lse_parts).double()
+    expected_lse = torch.logsumexp(finite, 0)
+    weights = torch.nan_to_num(torch.exp(finite - expected_lse), nan=0.0)
+    expected = (weights.transpose(-1, -2).unsqueeze(-1) * parts.double()).sum(0)
+    assert out.dtype == torch.float16 and lse.dtype == torch.float32
+    torch.testing.assert_close(out.double(), expected, atol=2e-3, rtol=2e-3)  # fp16 output rounding
+    assert torch.isposinf(lse[1, 2, 1]) and (out[1, 1, 2] == 0).all()
+    torch.testing.assert_close(lse.double(), torch.where(torch.isneginf(expected_lse), float("inf"), expected_lse),
+                               atol=1e-5, rtol=1e-5)
+    one_out, one_lse = kvcache._combine(parts[:1], lse_parts[:1], torch.float16)
+    assert torch.equal(one_out, parts[0].half()) and torch.equal(one_lse, lse_parts[0])
+
+
 def test_triton_kvcache_metadata_out_of_range(monkeypatch):
     """cache_seqlens past the capacity and negative, block_table entries past the pool and negative,
     leftpad past the end: clamped as reference_kvcache clamps them (the cache after the append and

@@ -15,7 +15,7 @@ import triton
 from ..reference_kvcache import cache_capacity
 from . import tuning
 from .attention import _dot_precision, check_offsets, check_tensors, within_offset_limit
-from .kvcache_kernels import kvcache_append_kernel, kvcache_attention_kernel
+from .kvcache_kernels import kvcache_append_kernel, kvcache_attention_kernel, kvcache_combine_kernel
 
 APPEND_BLOCK_T = 16
 MAX_AUTO_SPLITS = 16  # num_splits=0 never splits a sequence's keys further
@@ -45,16 +45,21 @@ def _num_splits(requested, programs, key_blocks, device):
     return max(1, min(sms // max(programs, 1), key_blocks, MAX_AUTO_SPLITS))
 
 
-def _combine(out_parts, lse_parts):
-    """(out (b, sq, h, d), lse (b, h, sq)) float32 from num_splits parts (splits, b, sq, h, d) and
-    (splits, b, h, sq); a part with no visible key has lse +inf (the kernels' convention) and weight 0."""
-    if out_parts.shape[0] == 1:
-        return out_parts[0], lse_parts[0]
-    parts = torch.where(torch.isposinf(lse_parts), float("-inf"), lse_parts)
-    lse = torch.logsumexp(parts, 0)
-    weights = torch.nan_to_num(torch.exp(parts - lse), nan=0.0)  # -inf - -inf: no key in any part
-    out = (weights.transpose(-1, -2).unsqueeze(-1) * out_parts).sum(0)
-    return out, torch.where(torch.isneginf(lse), float("inf"), lse)
+def _combine(out_parts, lse_parts, dtype):
+    """(out (b, sq, h, d) in `dtype`, lse (b, h, sq) float32) from num_splits parts (splits, b, sq, h, d)
+    and (splits, b, h, sq), by kvcache_combine_kernel in one launch (a part with no visible key has
+    lse +inf, the kernels' convention, and weight 0); one part is only cast."""
+    splits, batch, seqlen_q, heads, headdim = out_parts.shape
+    if splits == 1:
+        return out_parts[0].to(dtype), lse_parts[0]
+    out = torch.empty((batch, seqlen_q, heads, headdim), dtype=dtype, device=out_parts.device)
+    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=out_parts.device)
+    if out.numel():
+        kvcache_combine_kernel[(seqlen_q, heads, batch)](
+            out_parts, lse_parts, out, lse, splits, seqlen_q, heads, headdim, *out_parts.stride()[:4],
+            *lse_parts.stride()[:3], *out.stride()[:3], *lse.stride()[:2],
+            BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=max(16, triton.next_power_of_2(headdim)))
+    return out, lse
 
 
 def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
@@ -73,7 +78,7 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
     page_size, max_pages = (slab_rows, block_table.shape[1]) if paged else (1, 1)
     block_d = max(16, triton.next_power_of_2(headdim))
     block_m, block_n = _blocks(seqlen_q, block_d)
-    unused = torch.zeros(1, dtype=torch.int32, device=q.device)  # for the absent optional tensors
+    unused = cache_seqlens  # an int32 tensor standing in for the absent optional ones (never read)
     has_rotary = rotary_cos is not None
     cos, sin = (rotary_cos, rotary_sin) if has_rotary else (unused, unused)
     rotary_rows, rotary_half = (cos.shape[0], cos.shape[1]) if has_rotary else (1, 0)
@@ -87,7 +92,9 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
     # checked before allocating it and before the append writes the cache
     parts_name = "the split-KV partial outputs (num_splits x q's elements)"
     check_offsets(**{parts_name: torch.empty(parts_shape, device="meta")})
-    out_parts = torch.zeros(parts_shape, dtype=torch.float32, device=q.device)
+    attends = q.numel() > 0  # then the attention kernel writes every element of both parts
+    new_parts = torch.empty if attends else torch.zeros
+    out_parts = new_parts(parts_shape, dtype=torch.float32, device=q.device)
     seqlen_new = 0 if k is None else k.shape[1]
     if seqlen_new > 0 and batch > 0:
         kvcache_append_kernel[(triton.cdiv(seqlen_new, APPEND_BLOCK_T), heads_k, batch)](
@@ -96,9 +103,11 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
             max_pages, headdim, rotary_rows, rotary_half, BLOCK_T=APPEND_BLOCK_T, BLOCK_D=block_d, PAGED=paged,
             HAS_BATCH_IDX=cache_batch_idx is not None, HAS_ROTARY=has_rotary, INTERLEAVED=bool(rotary_interleaved),
             WIDE_CACHE=wide_cache, enable_fp_fusion=False)  # the rotation rounds each product, as layers/rotary.py does
-    lse_parts = torch.full((splits, batch, heads, seqlen_q), float("inf"), dtype=torch.float32, device=q.device)
-    if q.numel() > 0:
-        slopes = unused.float() if alibi_slopes is None else alibi_slopes.float().contiguous()
+    lse_shape = (splits, batch, heads, seqlen_q)
+    lse_parts = (torch.empty(lse_shape, dtype=torch.float32, device=q.device) if attends
+                 else torch.full(lse_shape, float("inf"), dtype=torch.float32, device=q.device))
+    if attends:
+        slopes = lse_parts if alibi_slopes is None else alibi_slopes.float().contiguous()  # lse_parts: unread
         slope_stride = slopes.stride(0) if alibi_slopes is not None and slopes.dim() == 2 else 0
         left, right = window
         _attention_kernel(
@@ -112,5 +121,4 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
             INTERLEAVED=bool(rotary_interleaved), ROTARY_PER_TOKEN=left >= 0 or right >= 0,
             HAS_SOFTCAP=softcap > 0, HAS_ALIBI=alibi_slopes is not None, DOT_PRECISION=_dot_precision(q.dtype),
             WIDE_CACHE=wide_cache)
-    out, lse = _combine(out_parts, lse_parts)
-    return out.to(q.dtype), lse
+    return _combine(out_parts, lse_parts, q.dtype)

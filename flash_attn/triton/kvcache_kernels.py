@@ -169,3 +169,31 @@ def kvcache_attention_kernel(
     out_offsets = split * stride_os + batch * stride_ob + rows[:, None] * stride_oq + head * stride_oh + dims[None, :]
     tl.store(Out + out_offsets, out, mask=q_mask)
     tl.store(Lse + split * stride_ls + batch * stride_lb + head * stride_lh + rows, lse, mask=rows < seqlen_q)
+
+
+@triton.jit
+def kvcache_combine_kernel(Parts, PartLse, Out, Lse, splits, seqlen_q, heads, headdim,
+                           stride_ps, stride_pb, stride_pq, stride_ph, stride_ls, stride_lb, stride_lh,
+                           stride_ob, stride_oq, stride_oh, stride_lob, stride_loh,
+                           BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Out[batch, row, head] and Lse[batch, head, row] of one query row from its `splits` partial
+    outputs and lses (kvcache_attention_kernel's): the parts weighted by exp(lse_s - lse), lse the
+    log-sum-exp of theirs; a part with no visible key (lse +inf) weighs 0, and a row with none in any
+    part gets out 0 and lse +inf (the reference's convention). Out takes its dtype (q's) on store."""
+    row, head, batch = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    parts = tl.arange(0, BLOCK_S)
+    lse_s = tl.load(PartLse + parts * stride_ls + batch * stride_lb + head * stride_lh + row, mask=parts < splits,
+                    other=float("inf"))
+    lse_s = tl.where(lse_s == float("inf"), float("-inf"), lse_s)  # no key: weight 0
+    top = tl.max(lse_s, 0)
+    seen = top > float("-inf")
+    weights = tl.where(seen, tl.exp(lse_s - tl.where(seen, top, 0.0)), 0.0)
+    total = tl.sum(weights, 0)
+    dims = tl.arange(0, BLOCK_D)
+    part_offsets = parts[:, None] * stride_ps + batch * stride_pb + row * stride_pq + head * stride_ph + dims[None, :]
+    values = tl.load(Parts + part_offsets, mask=(parts[:, None] < splits) & (dims[None, :] < headdim), other=0.0)
+    out = tl.sum(values * weights[:, None], 0) / tl.where(seen, total, 1.0)
+    tl.store(Out + batch * stride_ob + row * stride_oq + head * stride_oh + dims, out.to(Out.dtype.element_ty),
+             mask=dims < headdim)
+    lse = tl.where(seen, top + tl.log(tl.where(seen, total, 1.0)), float("inf"))
+    tl.store(Lse + batch * stride_lob + head * stride_loh + row, lse)
