@@ -5,6 +5,7 @@ triton_tutorial_peer.py loads it), bf16 / fp16 forward at 16 heads x 16k tokens,
   back-to-back: wall time of N calls issued without waiting, then one synchronize (what a host-bound
   loop gets); do_bench: triton.testing.do_bench's median (L2 flushed between calls, as the comparison).
 If kernel is at the tutorial's level while back-to-back is not, the cell is bound by host time.
+After the table, the kernel column split by kernel (each kernel's GPU time per call).
 --backward times the backward instead: torch.autograd.grad of a retained forward graph (the tutorial
 comparison's backward call), ours and, under a causal mask only (the only one its backward takes),
 the tutorial's.
@@ -30,9 +31,10 @@ from flash_attn import flash_attn_func  # noqa: E402
 
 
 def kernel_us(call, calls=20):
-    """Mean GPU time of one call's kernels, in µs."""
-    total = sum(e.self_device_time_total for e in profiled(call, calls, warmups=1).key_averages())
-    return total / calls
+    """Mean GPU time of one call's kernels, in µs, and each kernel's share ({name: µs per call})."""
+    events = profiled(call, calls, warmups=1).key_averages()
+    shares = {e.key: e.self_device_time_total / calls for e in events if e.self_device_time_total > 0}
+    return sum(shares.values()), shares
 
 
 def forward_calls(q, k, v, causal, tutorial):
@@ -73,6 +75,7 @@ def main():
     print(f"{torch.cuda.get_device_name()}, 16 heads, 16k tokens, {pass_name}, µs per call")
     print("| hd | seqlen | causal | who | kernel | back-to-back | do_bench |")
     print("|---|---|---|---|---|---|---|")
+    split = []
     for hd in args.headdims:
         for seqlen in args.seqlens:
             for causal in (False, True):
@@ -82,9 +85,13 @@ def main():
                          else forward_calls(q, k, v, causal, tutorial))
                 for who, call in calls.items():
                     with torch.no_grad() if not args.backward else contextlib.nullcontext():
-                        row = (kernel_us(call), wall_us(call, steps=200, warmup=1),
-                               do_bench(call, warmup=25, rep=100) * 1e3)
+                        kernel, shares = kernel_us(call)
+                        row = (kernel, wall_us(call, steps=200, warmup=1), do_bench(call, warmup=25, rep=100) * 1e3)
                     print(f"| {hd} | {seqlen} | {causal} | {who} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
+                    split.append(f"{hd} / {seqlen} / causal {causal} / {who}: " + ", ".join(
+                        f"{name[:48]} {us:.1f}" for name, us in sorted(shares.items(), key=lambda item: -item[1])))
+    print("\nkernel column by kernel (µs per call):")
+    print("\n".join(f"- {line}" for line in split))
     if tutorial is not None and tutorial.errors:
         print("tutorial errors:", tutorial.errors)
 
