@@ -24,7 +24,7 @@ from feature_checks import make_cu_seqlens
 from helpers import Results, assert_matches_reference
 
 triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
-from flash_attn.triton import attention as triton_attention, poison, tuning  # noqa: E402 - after the skip above
+from flash_attn.triton import attention as triton_attention, direct_launch, poison, tuning  # noqa: E402 - after the skip above
 from flash_attn.triton.kernels import _full_key_blocks, _full_query_blocks, _key_range, _query_range  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -455,6 +455,53 @@ def test_backward_plans_are_reused_by_key(monkeypatch):
         held = list(vars(plan).values()) + [cell.cell_contents for grid in (plan.key_grid, plan.query_grid)
                                             for cell in grid.__closure__]
         assert not any(torch.is_tensor(value) for value in held)
+
+
+def _bound_launches(plans):
+    """The direct_launch.BoundLaunch objects of cached plans (forward: one; backward: three)."""
+    found = []
+    for plan in plans.plans.values():
+        for value in vars(plan).values():
+            found += [value] if isinstance(value, direct_launch.BoundLaunch) else []
+            found += [value["bound"]] if isinstance(value, dict) and "bound" in value else []
+    return found
+
+
+def test_cached_plans_launch_directly_and_stay_correct(monkeypatch):
+    """Dense calls after a plan's first launch its kernels directly (direct_launch.BoundLaunch) on a
+    GPU, with new data and another softmax_scale; a q of the same key but not 16-byte aligned goes
+    through the JIT again; every call's output and gradients match the reference. Under the
+    interpreter (no compiled kernel) nothing launches directly."""
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    storage = torch.randn(2 * 24 * 2 * 32 + 1, device=DEVICE)
+    aligned_q, misaligned_q = storage[:-1].view(2, 24, 2, 32), storage[1:].view(2, 24, 2, 32)
+
+    def check(q, scale):
+        q = q.detach().clone() if q.data_ptr() % 16 == 0 else q.detach()
+        q.requires_grad_()
+        k, v = (torch.randn(2, 30, 2, 32, device=DEVICE).requires_grad_() for _ in range(2))
+        dout = torch.randn_like(q)
+        out, lse = triton_backend.forward(q, k, v, scale, (-1, 0))
+        grads = triton_backend.backward(dout, q, k, v, out, lse, scale, (-1, 0))
+        expected, _ = attention_ref(q, k, v, causal=True, softmax_scale=scale, compute_dtype=torch.float64)
+        torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)  # fp32 ("ieee" dots)
+        for got, want in zip(grads, torch.autograd.grad(expected, (q, k, v), dout.double())):
+            torch.testing.assert_close(got.double(), want.double(), atol=1e-4, rtol=1e-4)
+
+    def direct_counts():
+        return [bound.direct_launches for plans in (triton_attention._forward_plans, triton_attention._backward_plans)
+                for bound in _bound_launches(plans)]
+
+    check(aligned_q, 0.3)
+    assert direct_counts() == [0, 0, 0, 0]  # forward; delta, dK / dV, dQ: first calls go through the JIT
+    check(torch.randn_like(aligned_q), 0.25)
+    once = 1 if DEVICE == "cuda" else 0
+    assert direct_counts() == [once] * 4
+    check(misaligned_q, 0.3)
+    assert misaligned_q.data_ptr() % 16 != 0 and direct_counts()[0] == once  # the forward's q: the JIT again
+    for bound in _bound_launches(triton_attention._forward_plans) + _bound_launches(triton_attention._backward_plans):
+        assert not any(torch.is_tensor(value) for value in vars(bound).values())
 
 
 def test_forward_tile_variable_is_checked(monkeypatch):

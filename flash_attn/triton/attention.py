@@ -21,6 +21,7 @@ from .. import dropout as dropout_lib
 from ..ops import FP8_OUT_DTYPE
 from ..validation import cuda_capability, nvidia_gpu
 from . import fp8_kernels, kernels, poison, tuning
+from .direct_launch import BoundLaunch
 from .scratch import launch_with_scratch
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -389,6 +390,12 @@ def _new_row_strides(shape, varlen):
     return (0, *strides[:2]) if varlen else strides[:3]
 
 
+def _bound_launch(varlen):
+    """A direct_launch.BoundLaunch for a kernel of a dense plan, which later calls reuse (cached), else
+    None: a varlen plan is made for one call and launches through Triton's JIT."""
+    return None if varlen else BoundLaunch()
+
+
 class _ForwardPlan:
     """What a forward launch depends on apart from its tensors' data and softmax_scale, decided from
     shapes, strides, dtypes, flags and the tile variables (check_tensors, _Problem, the tile tables,
@@ -415,7 +422,8 @@ class _ForwardPlan:
         launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k)
         self.described = _kv_described(k, v, pr, right_window=right_window)
         self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
-                            KV_DESCRIPTORS=self.described, **pr.meta(launch), fixed_blocks=launch)
+                            KV_DESCRIPTORS=self.described, **pr.meta(launch), fixed_blocks=launch,
+                            bound=_bound_launch(pr.varlen))
 
     def run(self, q, k, v, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state, descales):
         out = poison.unwritten(q.shape, dtype=self.out_dtype, device=q.device)
@@ -471,7 +479,7 @@ class _PlanCache:
 
 PLAN_CACHE_SIZE = 256
 _PLAN_VARIABLES = (tuning.FORWARD_TILE_VARIABLE, tuning.FP8_FORWARD_TILE_VARIABLE, tuning.KV_DESCRIPTORS_VARIABLE,
-                   tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE, "TRITON_INTERPRET")
+                   tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE, "TRITON_INTERPRET", "TRITON_DEBUG")
 _forward_plans, _backward_plans = _PlanCache(), _PlanCache()
 
 
@@ -548,8 +556,9 @@ class _BackwardPlan:
         dkdv_launch, dq_launch = _backward_launches(pr.block_d, q.dtype, q.device)
         meta = pr.meta(dkdv_launch, dq_launch)
         self.key_grid, self.query_grid = pr.key_grid(), pr.query_grid()
-        self.dkdv_options = dict(**meta, fixed_blocks=dkdv_launch)
-        self.dq_options = dict(**meta, fixed_blocks=dq_launch)
+        self.dkdv_options = dict(**meta, fixed_blocks=dkdv_launch, bound=_bound_launch(pr.varlen))
+        self.dq_options = dict(**meta, fixed_blocks=dq_launch, bound=_bound_launch(pr.varlen))
+        self.delta_launch = _bound_launch(pr.varlen)
 
     def run(self, dout, q, k, v, out, lse, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state):
         dout = _given_or_contiguous(dout, self.dout_row_major)
@@ -564,8 +573,12 @@ class _BackwardPlan:
             cu_q, cu_k = (cu_seqlens_q, cu_seqlens_k) if self.varlen else (q, q)  # unread when dense
             rng_state = _rng_state_or_zeros(rng_state, q.device)
             delta = torch.empty_like(lse)  # D = rowsum(dO * O), laid out like lse
-            kernels.attention_backward_delta_kernel[self.delta_grid](out, dout, delta, cu_q, *self.delta_args,
-                                                                     **self.delta_options)
+            delta_args = (out, dout, delta, cu_q, *self.delta_args)
+            if self.delta_launch is not None:
+                self.delta_launch(kernels.attention_backward_delta_kernel, self.delta_grid, delta_args,
+                                  self.delta_options)
+            else:
+                kernels.attention_backward_delta_kernel[self.delta_grid](*delta_args, **self.delta_options)
             slopes, slope_stride = _slope_args(alibi_slopes, lse)
             tail = (*self.tail_before_scale, float(softmax_scale), *self.tail_after_scale)
             _dkdv_kernel(self.key_grid, q, k, v, dout, lse, delta, dk_slices, dv_slices, cu_q, cu_k, slopes,

@@ -159,11 +159,14 @@ class Launcher:
         self.tuned = triton.autotune(configs=[tile.config() for tile in tiles], key=list(key),
                                      prune_configs_by={"early_config_prune": _fitting}, do_bench=_bench)(kernel)
 
-    def __call__(self, grid, *args, fixed_blocks, **meta):
+    def __call__(self, grid, *args, fixed_blocks, bound=None, **meta):
         """grid: a function of the launch's meta-parameters (BLOCK_M / BLOCK_N included);
         fixed_blocks: the blocks of the untuned launch (and where the host names them, its num_warps
-        and num_stages), which the autotuner chooses itself."""
+        and num_stages), which the autotuner chooses itself; bound: the calling plan's
+        direct_launch.BoundLaunch of this kernel, if it has one (untuned launches only)."""
         if enabled():
             self.tuned[grid](*args, **meta)
+        elif bound is not None:
+            bound(self.kernel, grid, args, {**fixed_blocks, **meta})
         else:
             self.kernel[grid](*args, **fixed_blocks, **meta)
