@@ -106,3 +106,22 @@ def test_a_missing_constexpr_is_not_captured():
     for _ in range(2):
         bound(kernel, _grid, (torch.zeros(64), 256, 0.5), {"num_warps": 4})
     assert [launch[0] for launch in kernel.launches] == ["jit", "jit"]
+
+
+def test_launch_hooks_are_seen_as_set_only_with_a_function(monkeypatch):
+    """Against this Triton's own knobs: empty hook chains (3.6 and later) or None count as unset."""
+    knobs = pytest.importorskip("triton.knobs")
+    monkeypatch.undo()  # the real _hooks_unset, not the fixture's
+    assert direct_launch._hooks_unset()
+    hook = knobs.runtime.launch_enter_hook
+    if hasattr(hook, "add"):
+        hook.add(print)
+        try:
+            assert not direct_launch._hooks_unset()
+        finally:
+            hook.remove(print)
+    else:
+        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", print)
+        assert not direct_launch._hooks_unset()
+        monkeypatch.undo()
+    assert direct_launch._hooks_unset()

@@ -38,7 +38,11 @@ def _current_stream(device):
 
 
 def _hooks_unset():
-    return knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None
+    """Whether no launch hook is set: the launcher then skips them given None. Triton 3.6 / 3.9 keep
+    them as HookChains, set once a function is added to one (launch_metadata's `is None` test never
+    holds there); earlier knobs hold a function or None."""
+    return all(hook is None or (isinstance(getattr(hook, "calls", None), list) and not hook.calls)
+               for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
 
 
 class BoundLaunch:
