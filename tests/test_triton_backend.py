@@ -24,7 +24,8 @@ from feature_checks import make_cu_seqlens
 from helpers import Results, assert_matches_reference
 
 triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
-from flash_attn.triton import attention as triton_attention, direct_launch, poison, tuning  # noqa: E402 - after the skip above
+from flash_attn.triton import attention as triton_attention, poison, tuning  # noqa: E402 - after the skip above
+from flash_attn.triton import direct_launch  # noqa: E402 - after the skip above
 from flash_attn.triton.kernels import _full_key_blocks, _full_query_blocks, _key_range, _query_range  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

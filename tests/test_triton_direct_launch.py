@@ -125,3 +125,20 @@ def test_launch_hooks_are_seen_as_set_only_with_a_function(monkeypatch):
         assert not direct_launch._hooks_unset()
         monkeypatch.undo()
     assert direct_launch._hooks_unset()
+
+
+def test_capture_is_tried_on_the_first_call_only():
+    """A launch that could not be captured on its first call stays with the JIT (no retry a call)."""
+    kernel, bound = _Kernel(compiles=False), direct_launch.BoundLaunch()
+    bound(kernel, _grid, (torch.zeros(64), 256, 0.5), {"BLOCK": 64})
+    kernel.compiles = True
+    for _ in range(2):
+        bound(kernel, _grid, (torch.zeros(64), 256, 0.5), {"BLOCK": 64})
+    assert [launch[0] for launch in kernel.launches] == ["jit"] * 3
+
+
+def test_launch_kernel_without_a_bound_launch_goes_through_the_jit():
+    kernel = _Kernel()
+    for _ in range(2):
+        direct_launch.launch_kernel(kernel, _grid, (torch.zeros(64), 256, 0.5), {"BLOCK": 64})
+    assert [launch[0] for launch in kernel.launches] == ["jit", "jit"]

@@ -21,7 +21,7 @@ from .. import dropout as dropout_lib
 from ..ops import FP8_OUT_DTYPE
 from ..validation import cuda_capability, nvidia_gpu
 from . import fp8_kernels, kernels, poison, tuning
-from .direct_launch import BoundLaunch
+from .direct_launch import BoundLaunch, launch_kernel
 from .scratch import launch_with_scratch
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -229,18 +229,16 @@ class _Problem:
     """Strides, lengths and flags shared by the three kernels of one call."""
 
     def __init__(self, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap,
-                 alibi_slopes, dropout_p, rng_state):
+                 alibi_slopes, dropout_p):
         self.varlen = cu_seqlens_q is not None
         if self.varlen:
             self.batch = cu_seqlens_q.numel() - 1
             self.seqlen_q, self.seqlen_k = int(max_seqlen_q), int(max_seqlen_k)
             self.heads, self.headdim = q.shape[1], q.shape[2]
             self.heads_k = k.shape[1]
-            self.cu_q, self.cu_k = cu_seqlens_q, cu_seqlens_k
         else:
             self.batch, self.seqlen_q, self.heads, self.headdim = q.shape
             self.seqlen_k, self.heads_k = k.shape[1], k.shape[2]
-            self.cu_q = self.cu_k = q  # unread when not varlen; any pointer
         self.total_q, self.total_k = q.shape[0], k.shape[0]  # varlen: the packed rows, the clamp bound
         self.group = self.heads // self.heads_k
         self.left, self.right = window
@@ -251,7 +249,6 @@ class _Problem:
         self.pad_d = self.headdim != self.block_d  # the kernels' PAD_D: head-dim masks only then
         self.dtype = q.dtype
         self.dropout_p = float(dropout_p)
-        self.rng_state = _rng_state_or_zeros(rng_state, q.device)
 
     def strides(self, t):
         """(batch, row, head) strides of a q/k/v-like tensor; batch 0 for varlen."""
@@ -271,14 +268,12 @@ class _Problem:
         seqlen_k, heads, batch = self.seqlen_k, self.heads, self.batch
         return lambda meta: (triton.cdiv(seqlen_k, meta["BLOCK_N"]), heads, batch)
 
-    def tail_args(self, scale):
-        """The kernels' arguments after the strides: those before the softmax scale, it, those after."""
-        return (*self.tail_before_scale(), float(scale), *self.tail_after_scale())
-
     def tail_before_scale(self):
+        """The kernels' arguments after the strides and before the softmax scale."""
         return self.seqlen_q, self.seqlen_k, self.total_q, self.total_k, self.group, self.headdim
 
     def tail_after_scale(self):
+        """The kernels' arguments after the softmax scale."""
         keep_scale = 1.0 / (1.0 - self.dropout_p)
         return (self.softcap, self.left, self.right, self.heads, dropout_lib.keep_threshold(self.dropout_p),
                 keep_scale)
@@ -291,7 +286,7 @@ class _Problem:
         not a multiple of every BLOCK_N that may run (a fixed one or any listed one), whose masked
         key walk (the diagonal or the keys' end) they compile. Plain non-causal calls of
         block-multiple lengths compile neither (kernels.attention_forward_kernel says why)."""
-        block_n_bound = max([tuning.MAX_LISTED_BLOCK_N] + [launch["BLOCK_N"] for launch in fixed_launches])
+        block_n_bound = max([tuning.MAX_LISTED_BLOCK_N] + [fixed["BLOCK_N"] for fixed in fixed_launches])
         clip_right = self.right >= 0 or self.varlen or self.seqlen_k % block_n_bound != 0
         return dict(BLOCK_D=self.block_d, VARLEN=self.varlen, HAS_SOFTCAP=self.softcap > 0,
                     HAS_ALIBI=self.has_alibi, HAS_DROPOUT=self.dropout_p > 0,
@@ -376,18 +371,9 @@ def _row_strides(t, varlen):
     return (0, t.stride(0), t.stride(1)) if varlen else (t.stride(0), t.stride(1), t.stride(2))
 
 
-def _contiguous_strides(shape):
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
 def _new_row_strides(shape, varlen):
     """_row_strides of a new (contiguous) q/k/v-like tensor of `shape`."""
-    strides = _contiguous_strides(shape)
-    return (0, *strides[:2]) if varlen else strides[:3]
+    return _row_strides(torch.empty(shape, device="meta"), varlen)
 
 
 def _bound_launch(varlen):
@@ -406,7 +392,7 @@ class _ForwardPlan:
                  max_seqlen_k, dropout_p, fp8):
         check_tensors((FP8_DTYPE,) if fp8 else DTYPES, q=q, k=k, v=v)
         pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
-                      dropout_p, rng_state=q)  # rng_state: any tensor here; run() passes the call's
+                      dropout_p)
         self.fp8, self.varlen = fp8, pr.varlen
         self.out_dtype = FP8_OUT_DTYPE if fp8 else q.dtype
         self.lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
@@ -415,14 +401,13 @@ class _ForwardPlan:
         self.qk_strides = (*pr.strides(q), *pr.strides(k))
         self.v_strides = None if fp8 else (*pr.strides(v), v.stride(-1))  # fp8: of V's keys-contiguous copy
         self.out_strides = _new_row_strides(q.shape, pr.varlen)  # out: a new tensor of q's shape
-        lse_strides = _contiguous_strides(self.lse_shape)
-        self.lse_strides = (0, lse_strides[0]) if pr.varlen else lse_strides[:2]
+        self.lse_strides = pr.vector_strides(torch.empty(self.lse_shape, device="meta"))  # lse: a new tensor
         self.tail_before_scale, self.tail_after_scale = pr.tail_before_scale(), pr.tail_after_scale()
         right_window = pr.right >= 0  # a causal or right window bounds the keys: the tile tables' second key
-        launch = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k)
+        fixed = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k)
         self.described = _kv_described(k, v, pr, right_window=right_window)
         self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
-                            KV_DESCRIPTORS=self.described, **pr.meta(launch), fixed_blocks=launch,
+                            KV_DESCRIPTORS=self.described, **pr.meta(fixed), fixed_blocks=fixed,
                             bound=_bound_launch(pr.varlen))
 
     def run(self, q, k, v, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state, descales):
@@ -531,7 +516,7 @@ class _BackwardPlan:
                  max_seqlen_q, max_seqlen_k, dropout_p):
         check_tensors(q=q, k=k, v=v)
         pr = _Problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
-                      dropout_p, rng_state=q)  # rng_state: any tensor here; run() passes the call's
+                      dropout_p)
         self.dout_row_major, self.out_row_major = dout.stride(-1) == 1, out.stride(-1) == 1
         dout = _given_or_contiguous(dout, self.dout_row_major)
         out = _given_or_contiguous(out, self.out_row_major)
@@ -541,7 +526,7 @@ class _BackwardPlan:
         # one dK / dV slice per query head, summed over the query heads of each KV head in run()
         self.slice_shape = (*k.shape[:-2], pr.heads, pr.headdim)
         self.grouped_shape = (*k.shape[:-2], pr.heads_k, pr.group, pr.headdim)
-        slices = torch.empty_strided(self.slice_shape, _contiguous_strides(self.slice_shape), device="meta")
+        slices = torch.empty(self.slice_shape, device="meta")
         check_offsets(dout=dout, out=out, **{"the per-query-head dK / dV buffer (k's tokens x nheads x headdim)":
                                              slices})
         delta_rows = max(16, min(128, 8192 // pr.block_d))
@@ -573,12 +558,8 @@ class _BackwardPlan:
             cu_q, cu_k = (cu_seqlens_q, cu_seqlens_k) if self.varlen else (q, q)  # unread when dense
             rng_state = _rng_state_or_zeros(rng_state, q.device)
             delta = torch.empty_like(lse)  # D = rowsum(dO * O), laid out like lse
-            delta_args = (out, dout, delta, cu_q, *self.delta_args)
-            if self.delta_launch is not None:
-                self.delta_launch(kernels.attention_backward_delta_kernel, self.delta_grid, delta_args,
-                                  self.delta_options)
-            else:
-                kernels.attention_backward_delta_kernel[self.delta_grid](*delta_args, **self.delta_options)
+            launch_kernel(kernels.attention_backward_delta_kernel, self.delta_grid,
+                          (out, dout, delta, cu_q, *self.delta_args), self.delta_options, self.delta_launch)
             slopes, slope_stride = _slope_args(alibi_slopes, lse)
             tail = (*self.tail_before_scale, float(softmax_scale), *self.tail_after_scale)
             _dkdv_kernel(self.key_grid, q, k, v, dout, lse, delta, dk_slices, dv_slices, cu_q, cu_k, slopes,

@@ -9,8 +9,9 @@ directly afterwards while everything the JIT chose it by still holds: each tenso
 and 16-byte alignment, the value of every other argument but the floats (which the JIT types as fp32
 whatever their value), the current device, and no launch hook (a profiler's) being set. Otherwise,
 in Triton's interpreter, and on a Triton whose CompiledKernel lacks the launcher this was written
-against (Triton 3.6 and 3.9: run(grid x, y, z, stream, function, packed metadata, launch metadata,
-enter hook, exit hook, *every parameter's value)), the launch goes through the JIT.
+against (run(grid x, y, z, stream, function, packed metadata, launch metadata, enter hook, exit
+hook, *every parameter's value), as Triton 3.6's JIT calls it, run on the GPU machine; Triton 3.9's
+source calls it the same way, not run on a GPU), the launch goes through the JIT.
 
 Not rechecked on the direct path: the JIT's check that a global the kernel read has not changed
 since it compiled (the kernels read module constants only) and TRITON_DEBUG / instrumentation
@@ -45,12 +46,21 @@ def _hooks_unset():
                for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
 
 
+def launch_kernel(kernel, grid, args, options, bound=None):
+    """kernel[grid](*args, **options), through `bound` (a BoundLaunch) where the caller has one."""
+    if bound is None:
+        kernel[grid](*args, **options)
+    else:
+        bound(kernel, grid, args, options)
+
+
 class BoundLaunch:
     """One kernel launch of a plan: through the JIT the first time (and whenever a fact it was chosen
     by differs), directly afterwards. `direct_launches` counts the direct ones (for tests)."""
 
     def __init__(self):
         self.launcher = None  # the compiled kernel's launcher, once captured
+        self.first_call = True  # capture is tried on the first call only
         self.direct_launches = 0
 
     def __call__(self, kernel, grid, args, options):
@@ -64,7 +74,8 @@ class BoundLaunch:
                 self.direct_launches += 1
                 return
         compiled = kernel[grid](*args, **options)
-        if self.launcher is None:
+        if self.first_call:
+            self.first_call = False
             self._capture(kernel, compiled, grid, args, options)
 
     def _facts(self, args):

@@ -13,7 +13,7 @@ import torch
 import triton
 
 from ..reference_kvcache import cache_capacity
-from . import tuning
+from . import poison, tuning
 from .attention import _dot_precision, check_offsets, check_tensors, within_offset_limit
 from .kvcache_kernels import kvcache_append_kernel, kvcache_attention_kernel, kvcache_combine_kernel
 
@@ -52,8 +52,8 @@ def _combine(out_parts, lse_parts, dtype):
     splits, batch, seqlen_q, heads, headdim = out_parts.shape
     if splits == 1:
         return out_parts[0].to(dtype), lse_parts[0]
-    out = torch.empty((batch, seqlen_q, heads, headdim), dtype=dtype, device=out_parts.device)
-    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=out_parts.device)
+    out = poison.unwritten((batch, seqlen_q, heads, headdim), dtype=dtype, device=out_parts.device)
+    lse = poison.unwritten((batch, heads, seqlen_q), dtype=torch.float32, device=out_parts.device)
     if out.numel():
         kvcache_combine_kernel[(seqlen_q, heads, batch)](
             out_parts, lse_parts, out, lse, splits, seqlen_q, heads, headdim, *out_parts.stride()[:4],
@@ -93,8 +93,8 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
     parts_name = "the split-KV partial outputs (num_splits x q's elements)"
     check_offsets(**{parts_name: torch.empty(parts_shape, device="meta")})
     attends = q.numel() > 0  # then the attention kernel writes every element of both parts
-    new_parts = torch.empty if attends else torch.zeros
-    out_parts = new_parts(parts_shape, dtype=torch.float32, device=q.device)
+    out_parts = (poison.unwritten(parts_shape, dtype=torch.float32, device=q.device) if attends
+                 else torch.zeros(parts_shape, dtype=torch.float32, device=q.device))
     seqlen_new = 0 if k is None else k.shape[1]
     if seqlen_new > 0 and batch > 0:
         kvcache_append_kernel[(triton.cdiv(seqlen_new, APPEND_BLOCK_T), heads_k, batch)](
@@ -104,7 +104,7 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
             HAS_BATCH_IDX=cache_batch_idx is not None, HAS_ROTARY=has_rotary, INTERLEAVED=bool(rotary_interleaved),
             WIDE_CACHE=wide_cache, enable_fp_fusion=False)  # the rotation rounds each product, as layers/rotary.py does
     lse_shape = (splits, batch, heads, seqlen_q)
-    lse_parts = (torch.empty(lse_shape, dtype=torch.float32, device=q.device) if attends
+    lse_parts = (poison.unwritten(lse_shape, dtype=torch.float32, device=q.device) if attends
                  else torch.full(lse_shape, float("inf"), dtype=torch.float32, device=q.device))
     if attends:
         slopes = lse_parts if alibi_slopes is None else alibi_slopes.float().contiguous()  # lse_parts: unread

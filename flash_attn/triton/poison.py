@@ -1,7 +1,7 @@
 """Test hook, as flash_attn.ops.set_poison_outputs is for the CUDA ops: while on, the outputs the
-Triton kernels must write in full (dense out and lse, and dq / dk / dv) start as NaN instead of
-uninitialized memory, so an element a kernel never writes fails the reference comparison rather
-than passing by whatever the allocator left there."""
+Triton kernels must write in full (dense out and lse, dq / dk / dv, the split-KV decode's partial
+and combined outputs) start as NaN instead of uninitialized memory, so an element a kernel never
+writes fails the reference comparison rather than passing by whatever the allocator left there."""
 
 import torch
 

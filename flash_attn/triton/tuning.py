@@ -30,6 +30,8 @@ from typing import Optional
 import triton
 import triton.testing
 
+from .direct_launch import launch_kernel
+
 AUTOTUNE_VARIABLE = "FLASH_ATTENTION_TRITON_AMD_AUTOTUNE"
 # Experiment overrides of the forward's fixed tile, of fp32 / 16-bit inputs and of fp8 ones:
 # "BLOCK_M,BLOCK_N,num_warps,num_stages", read per call like the other variables, for sweeps such
@@ -166,7 +168,5 @@ class Launcher:
         direct_launch.BoundLaunch of this kernel, if it has one (untuned launches only)."""
         if enabled():
             self.tuned[grid](*args, **meta)
-        elif bound is not None:
-            bound(self.kernel, grid, args, {**fixed_blocks, **meta})
         else:
-            self.kernel[grid](*args, **fixed_blocks, **meta)
+            launch_kernel(self.kernel, grid, args, {**fixed_blocks, **meta}, bound)
