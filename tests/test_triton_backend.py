@@ -25,7 +25,7 @@ from helpers import Results, assert_matches_reference
 
 triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
 from flash_attn.triton import attention as triton_attention, poison, tuning  # noqa: E402 - after the skip above
-from flash_attn.triton import direct_launch  # noqa: E402 - after the skip above
+from flash_attn.triton import direct_launch, kernels  # noqa: E402 - after the skip above
 from flash_attn.triton.kernels import _full_key_blocks, _full_query_blocks, _key_range, _query_range  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -38,7 +38,7 @@ def _poisoned_outputs():
     """Every test here runs with the backend's outputs poisoned (flash_attn/triton/poison.py): an
     element its kernels leave unwritten is NaN and fails the comparison."""
     previous = poison.set_poison_outputs(True)
-    triton_attention.clear_plans()  # tests here replace deciding functions (_recorded_kv_described)
+    triton_attention.clear_plans()  # tests here replace deciding functions (_recorded_descriptors)
     yield
     poison.set_poison_outputs(previous)
 
@@ -213,15 +213,21 @@ DESCRIPTOR_CASES = {  # (seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, 
     "causal_gqa_padded_head": (70, 93, 4, 2, 40, True, (-1, -1), 0.0, False, 0.0),
     "window_softcap_alibi_mqa": (33, 200, 2, 1, 128, False, (20, 5), 5.0, True, 0.0),
     "dropout": (64, 80, 2, 2, 64, False, (-1, -1), 0.0, False, 0.17),
+    "causal_gqa_whole_head": (70, 93, 4, 2, 32, True, (-1, -1), 0.0, False, 0.0),
+    "blocks_whole": (64, 128, 2, 2, 64, False, (-1, -1), 0.0, False, 0.0),
 }
+POINTERS, DEVICE_KV, HOST = (kernels.POINTER_BLOCKS.value, kernels.DEVICE_KV_DESCRIPTORS.value,
+                             kernels.HOST_DESCRIPTORS.value)
 
 
 @pytest.mark.parametrize("name", DESCRIPTOR_CASES)
-def test_kv_descriptors_match_the_pointer_loads(monkeypatch, name):
-    """The forward's K / V loads through tensor descriptors made on the device
-    (tuning.KV_DESCRIPTORS_VARIABLE): the same output and lse as the pointer loads, bit for bit (the
-    copy's zero rows past seqlen_k and zero columns past the head dim stand in for the masked loads),
-    and the descriptor path was taken."""
+def test_descriptors_match_the_pointer_loads(monkeypatch, name):
+    """The forward's blocks through tensor descriptors (tuning.DESCRIPTORS_VARIABLE): K / V through
+    descriptors made on the device, and Q / K / V / Out through descriptors made by the host, give
+    the same output and lse as the pointer loads, bit for bit (the copies' zero rows past the
+    sequence and zero columns past the head dim stand in for the masked loads; the store stops at
+    the sequence's end), and each call took the path asked for (host-made ones only where the head
+    dim fills its block: else device-made)."""
     case = DESCRIPTOR_CASES[name]
     seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal, window_size, softcap, alibi, dropout_p = case
     batch, dtype = 2, torch.float16
@@ -229,69 +235,92 @@ def test_kv_descriptors_match_the_pointer_loads(monkeypatch, name):
     q, k, v = new(seqlen_q, nheads), new(seqlen_k, nheads_k), new(seqlen_k, nheads_k)
     options = dict(window=_window(causal, window_size), softcap=softcap, alibi_slopes=_slopes(alibi, batch, nheads),
                    dropout_p=dropout_p, rng_state=torch.tensor([1234, 5], dtype=torch.int64, device=DEVICE))
-    _assert_descriptors_match_pointers(monkeypatch, q, k, v, headdim ** -0.5, **options)
+    host = HOST if headdim in (16, 32, 64, 128, 256) else DEVICE_KV
+    _assert_descriptors_match_pointers(monkeypatch, q, k, v, headdim ** -0.5, [DEVICE_KV, host], **options)
+
+
+def test_host_descriptors_of_packed_and_strided_tensors(monkeypatch):
+    """Host-made descriptors over q / k / v sliced from a packed qkv (rows 3 * heads * headdim apart)
+    and over a batch-strided k: the same results as the pointer loads. Heads not side by side in a
+    row (a transposed layout) take device-made descriptors instead."""
+    batch, seqlen, nheads, headdim, dtype = 2, 96, 2, 64, torch.float16
+    qkv = torch.randn(batch, seqlen, 3, nheads, headdim, device=DEVICE, dtype=dtype)
+    q, k, v = qkv.unbind(2)
+    _assert_descriptors_match_pointers(monkeypatch, q, k, v, 0.125, [HOST], asked=("2",), window=(-1, 0))
+    wide = torch.randn(batch, seqlen + 16, nheads, headdim, device=DEVICE, dtype=dtype)
+    _assert_descriptors_match_pointers(monkeypatch, q, wide[:, 8:8 + seqlen], v, 0.125, [HOST], asked=("2",))
+    k_heads_apart = torch.randn(batch, nheads, seqlen, headdim, device=DEVICE, dtype=dtype).transpose(1, 2)
+    _assert_descriptors_match_pointers(monkeypatch, q, k_heads_apart, v, 0.125, [DEVICE_KV], asked=("2",))
 
 
 def test_kv_descriptors_need_addressable_tensors(monkeypatch):
     """K or V that TMA cannot address (a row stride that is no multiple of 16 bytes here) take the
-    pointer loads, and the call still runs."""
-    monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, "1")
+    pointer loads, whichever descriptors are asked for, and the call still runs."""
     q = torch.randn(1, 16, 1, 24, device=DEVICE, dtype=torch.float16)
     kv = torch.randn(1, 40, 2, 25, device=DEVICE, dtype=torch.float16)[..., :24]  # rows 50 bytes apart
     k, v = kv.unbind(2)
     k, v = k.unsqueeze(2), v.unsqueeze(2)
     assert not triton_attention._tma_addressable(k)
-    out, _ = triton_backend.forward(q, k, v, 24 ** -0.5)
-    monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, "0")
-    assert torch.equal(out, triton_backend.forward(q, k, v, 24 ** -0.5)[0])
+    _assert_descriptors_match_pointers(monkeypatch, q, k, v, 24 ** -0.5, [POINTERS, POINTERS], asked=("1", "2"))
 
 
 def test_kv_descriptors_in_varlen_calls(monkeypatch):
     """Packed sequences through the device-made descriptors: each sequence's descriptor starts at its
     own first key (lengths 0 and 1 among them, GQA), and out and lse equal the pointer loads' bit
-    for bit, rows of no sequence included."""
+    for bit, rows of no sequence included. Host-made ones are not for varlen calls (a block would
+    run into the next sequence's rows): asked for, the call takes device-made ones."""
     lengths_q, lengths_k = [0, 1, 37, 130, 5], [3, 1, 50, 100, 0]
     nheads, nheads_k, headdim, dtype = 4, 2, 64, torch.bfloat16
     new = lambda s, h: torch.randn(s, h, headdim, dtype=dtype, device=DEVICE)  # noqa: E731
     q, k, v = new(sum(lengths_q) + 3, nheads), new(sum(lengths_k), nheads_k), new(sum(lengths_k), nheads_k)
     options = dict(window=(-1, 0), cu_seqlens_q=make_cu_seqlens(lengths_q, DEVICE),
                    cu_seqlens_k=make_cu_seqlens(lengths_k, DEVICE), max_seqlen_q=130, max_seqlen_k=100)
-    _assert_descriptors_match_pointers(monkeypatch, q, k, v, headdim ** -0.5, **options)
+    _assert_descriptors_match_pointers(monkeypatch, q, k, v, headdim ** -0.5, [DEVICE_KV, DEVICE_KV], **options)
+
+
+def test_descriptors_variable_is_checked(monkeypatch):
+    """A value of the descriptors variable other than 0 / 1 / 2 raises, naming the variable."""
+    monkeypatch.setenv(tuning.DESCRIPTORS_VARIABLE, "host")
+    q = torch.randn(1, 16, 1, 64, device=DEVICE, dtype=torch.float16)
+    with pytest.raises(ValueError, match=tuning.DESCRIPTORS_VARIABLE):
+        triton_backend.forward(q, q, q, 0.125)
 
 
 @pytest.mark.skipif(DEVICE != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability()[0] < 9,
                     reason="the descriptor defaults are for NVIDIA GPUs with TMA")
-def test_kv_descriptors_by_default_at_hd128(monkeypatch):
-    """Without the variable, the host's table (NVIDIA_16BIT_KV_DESCRIPTORS) chooses: descriptors at
-    head dim 128, causal or not, pointers at 64 and 256."""
-    monkeypatch.delenv(tuning.KV_DESCRIPTORS_VARIABLE, raising=False)
-    described = _recorded_kv_described(monkeypatch)
-    for headdim, causal in ((128, False), (128, True), (64, True), (256, False)):
+def test_descriptors_by_default(monkeypatch):
+    """Without the variable, the host's table (NVIDIA_16BIT_DESCRIPTORS) chooses by head dim and
+    window."""
+    monkeypatch.delenv(tuning.DESCRIPTORS_VARIABLE, raising=False)
+    chosen = _recorded_descriptors(monkeypatch)
+    cases = ((128, False), (128, True), (64, True), (256, False))
+    for headdim, causal in cases:
         q, k, v = (torch.randn(1, 128, 2, headdim, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
         triton_backend.forward(q, k, v, headdim ** -0.5, window=(-1, 0) if causal else (-1, -1))
-    assert described == [True, True, False, False]
+    assert chosen == [triton_attention.NVIDIA_16BIT_DESCRIPTORS[case] for case in cases]
 
 
-def _assert_descriptors_match_pointers(monkeypatch, q, k, v, scale, **options):
-    """The forward with K / V descriptors forced off, then on: the second call took them, and out and
-    lse are equal bit for bit."""
-    described = _recorded_kv_described(monkeypatch)
+def _assert_descriptors_match_pointers(monkeypatch, q, k, v, scale, expected, asked=("1", "2"), **options):
+    """The forward with descriptors forced off, then with each setting of `asked`: the calls took
+    the block sources `expected`, and out and lse equal the pointer loads' bit for bit."""
+    chosen = _recorded_descriptors(monkeypatch)
     results = []
-    for flag in ("0", "1"):
-        monkeypatch.setenv(tuning.KV_DESCRIPTORS_VARIABLE, flag)
+    for flag in ("0",) + tuple(asked)[:len(expected)]:
+        monkeypatch.setenv(tuning.DESCRIPTORS_VARIABLE, flag)
         results.append(triton_backend.forward(q, k, v, scale, **options))
-    assert described == [False, True]
-    (out, lse), (out_described, lse_described) = results
-    assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
+    assert chosen == [POINTERS] + list(expected)
+    (out, lse), others = results[0], results[1:]
+    for out_described, lse_described in others:
+        assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
 
 
-def _recorded_kv_described(monkeypatch):
-    """A list to which each forward call appends whether it took the descriptor path."""
-    described = []
-    real = triton_attention._kv_described
-    monkeypatch.setattr(triton_attention, "_kv_described",
-                        lambda *a, **kw: described.append(real(*a, **kw)) or described[-1])
-    return described
+def _recorded_descriptors(monkeypatch):
+    """A list to which each forward call appends the block source it took."""
+    chosen = []
+    real = triton_attention._forward_descriptors
+    monkeypatch.setattr(triton_attention, "_forward_descriptors",
+                        lambda *a, **kw: chosen.append(real(*a, **kw)) or chosen[-1])
+    return chosen
 
 
 def test_offsets_past_int32_are_refused():

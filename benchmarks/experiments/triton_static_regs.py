@@ -10,7 +10,8 @@ register counts decide occupancy, not speed. Runs on a CPU-only machine (no TRIT
 Features: plain (non-causal, key length a multiple of 128: one whole-block walk), causal (the masked
 diagonal walk too), local (both masked walks), softcap, alibi, dropout, varlen, padded (the head dim
 below its block, as hd 96 in a block of 128: the loads' head-dim masks), fp8 (forward only), descriptors
-(forward only: causal, with K and V through tensor descriptors made in the kernel, attention._kv_described).
+(forward only: causal, with K and V through tensor descriptors made in the kernel, attention._forward_descriptors),
+host (forward only: causal, Q / K / V / Out through host-made descriptors), host_plain (host, non-causal).
 Each row: the compiled kernel's registers per thread, stack (spill) bytes, and shared memory.
 """
 
@@ -44,7 +45,8 @@ def flags(feature):
                  CLIP_RIGHT=True)
     flags.update({"plain": dict(CLIP_RIGHT=False), "causal": {}, "local": dict(CLIP_LEFT=True), "descriptors": {},
                   "softcap": dict(HAS_SOFTCAP=True), "alibi": dict(HAS_ALIBI=True), "dropout": dict(HAS_DROPOUT=True),
-                  "varlen": dict(VARLEN=True), "padded": dict(PAD_D=True), "fp8": {}}[feature])
+                  "varlen": dict(VARLEN=True), "padded": dict(PAD_D=True), "fp8": {}, "host": {},
+                  "host_plain": dict(CLIP_RIGHT=False)}[feature])
     return flags
 
 
@@ -54,15 +56,19 @@ def compile_one(name, dtype_name, block_d, tile, feature, arch):
     element = TRITON_TYPES[dtype_name]
     constexprs = dict(BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"], BLOCK_D=block_d,
                       DOT_PRECISION="ieee" if dtype_name == "fp32" else "tf32", **flags(feature))
-    described = feature == "descriptors"
+    source_of_blocks = {"descriptors": kernels.DEVICE_KV_DESCRIPTORS.value, "host": kernels.HOST_DESCRIPTORS.value,
+                        "host_plain": kernels.HOST_DESCRIPTORS.value}.get(feature, kernels.POINTER_BLOCKS.value)
     if name == "forward":
-        constexprs.update(IS_FP8=dtype_name == "fp8", INTERPRETER_ROUNDING=False, KV_DESCRIPTORS=described)
+        constexprs.update(IS_FP8=dtype_name == "fp8", INTERPRETER_ROUNDING=False, DESCRIPTORS=source_of_blocks)
     signature, attrs = {}, {}
     for index, arg in enumerate(fn.arg_names):
         if arg in constexprs:
             signature[arg] = "constexpr"
         elif arg == "stride_vd" and dtype_name != "fp8":  # 1, which Triton specializes
             signature[arg], constexprs[arg] = "constexpr", 1
+        elif source_of_blocks == kernels.HOST_DESCRIPTORS.value and arg in ("Q", "K", "V", "Out"):
+            rows = tile["BLOCK_N"] if arg in ("K", "V") else tile["BLOCK_M"]
+            signature[arg] = f"tensordesc<{element}[1, {rows}, {block_d}]>"
         elif arg in POINTERS:
             signature[arg] = "*" + POINTERS[arg]
             attrs[(index,)] = [["tt.divisibility", 16]]

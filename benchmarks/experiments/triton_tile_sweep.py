@@ -1,7 +1,8 @@
 """Tiles of the Triton backend's kernels at one head dim (issue #9): the bf16 forward, the fp8 (e4m3)
 forward and the bf16 backward (its dK / dV and dQ tiles as a pair), each candidate run through the
 experiment variables of flash_attn/triton/tuning.py ("BLOCK_M,BLOCK_N,num_warps,num_stages";
-a fifth integer is Triton's maxnreg; "default" is the host's fixed tile), in one process; --kinds
+a fifth integer is Triton's maxnreg; "default" is the host's fixed tile; a suffix "@N" sets the
+forward's block source, tiles() says how), in one process; --kinds
 narrows the sweep to some of the three. 16 heads, 16k tokens (batch = 16384 / seqlen),
 non-causal and causal; do_bench median, L2 flushed per run; TFLOP/s (4 * batch * seqlen^2 * heads *
 hd, halved when causal, times 2.5 for the backward). Each candidate's output (or gradients) is
@@ -50,9 +51,14 @@ def environment(values):
 
 def tiles(kind, candidate):
     """The environment of one candidate: its tile(s) in the kind's variables, or none for the default;
-    no autotuning either way."""
+    a suffix "@0" / "@1" / "@2" sets the forward's block source (tuning.DESCRIPTORS_VARIABLE: pointers,
+    K / V descriptors made in the kernel, Q / K / V / Out descriptors made by the host), none leaves
+    the host's choice; no autotuning either way."""
+    candidate, _, descriptors = candidate.partition("@")
     chosen = dict(zip(KINDS[kind], candidate.split("/"))) if candidate != DEFAULT else {}
-    return environment({name: chosen.get(name) for name in KINDS[kind] + (tuning.AUTOTUNE_VARIABLE,)})
+    chosen[tuning.DESCRIPTORS_VARIABLE] = descriptors or None
+    return environment({name: chosen.get(name)
+                        for name in KINDS[kind] + (tuning.AUTOTUNE_VARIABLE, tuning.DESCRIPTORS_VARIABLE)})
 
 
 def calls(headdim, seqlen, causal):

@@ -17,6 +17,11 @@ import os
 import torch
 import triton
 
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # a Triton without host-made descriptors keeps the other block sources
+    TensorDescriptor = None
+
 from .. import dropout as dropout_lib
 from ..ops import FP8_OUT_DTYPE
 from ..validation import cuda_capability, nvidia_gpu
@@ -110,19 +115,20 @@ NVIDIA_16BIT_BACKWARD_TILES = {  # padded head dim: (dK / dV tile, dQ tile)
     128: (tuning.Tile(64, 128, 8, 3), tuning.Tile(128, 64, 8, 3)),
     256: (tuning.Tile(64, 64, 8, 2), tuning.Tile(128, 32, 8, 2)),
 }
-# K / V through tensor descriptors made in the forward kernel (kernels._key_descriptor; TMA copies)
-# on Hopper and later, by (padded head dim, right window). At hd 128 the pointer loads' address
-# tensors cost 36-44 registers a thread (Triton 3.9 for sm_90: 255 + 8 B of stack -> 213 at 128 x 128
-# causal); there the descriptors took 3% / 8% of the kernel time at 1k (non-causal / causal) and
-# 10-16% at 4k / 16k (H200, Triton 3.6, benchmarks/NOTES.md v36). At hd 64 they cost 4-5% at 1k and
-# gained 0-4% from 4k; at hd 256 -2% to +4%: both keep the pointer loads.
-NVIDIA_16BIT_KV_DESCRIPTORS = {
-    (64, False): False,
-    (64, True): False,
-    (128, False): True,
-    (128, True): True,
-    (256, False): False,
-    (256, True): False,
+# Where the 16-bit forward's blocks come from on Hopper and later (kernels.POINTER_BLOCKS,
+# DEVICE_KV_DESCRIPTORS, HOST_DESCRIPTORS), by (padded head dim, right window). At hd 128 the pointer
+# loads' address tensors cost 36-44 registers a thread (Triton 3.9 for sm_90: 255 + 8 B of stack ->
+# 213 at 128 x 128 causal); there K / V descriptors made in the kernel took 3% / 8% of the kernel
+# time at 1k (non-causal / causal) and 10-16% at 4k / 16k (H200, Triton 3.6, benchmarks/NOTES.md
+# v36). At hd 64 they cost 4-5% at 1k and gained 0-4% from 4k; at hd 256 -2% to +4%: both keep the
+# pointer loads.
+NVIDIA_16BIT_DESCRIPTORS = {
+    (64, False): kernels.POINTER_BLOCKS.value,
+    (64, True): kernels.POINTER_BLOCKS.value,
+    (128, False): kernels.DEVICE_KV_DESCRIPTORS.value,
+    (128, True): kernels.DEVICE_KV_DESCRIPTORS.value,
+    (256, False): kernels.POINTER_BLOCKS.value,
+    (256, True): kernels.POINTER_BLOCKS.value,
 }
 # Short causal walks at hd 128 (a right window, up to SHORT_RIGHT_WINDOW_KEYS keys): 128 x 64 with 8
 # warps, 2 stages and at most 128 registers a thread, so that two CTAs share an SM (96 KB of shared
@@ -185,20 +191,47 @@ def _backward_launches(block_d, dtype, device):
                  for i, variable in enumerate((tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE)))
 
 
-def _kv_described(k, v, pr, right_window):
-    """Whether the forward loads K and V through tensor descriptors made on the device
-    (kernels._key_descriptor), on NVIDIA GPUs with TMA: as tuning.KV_DESCRIPTORS_VARIABLE says, else
-    where NVIDIA_16BIT_KV_DESCRIPTORS does; only for 16-bit calls (not fp32, nor fp8, whose path lays
-    V out for its own loads) whose k and v TMA can address from every head's and sequence's first row."""
+def _forward_descriptors(q, k, v, pr, right_window):
+    """Where the forward's blocks come from (kernels.POINTER_BLOCKS, DEVICE_KV_DESCRIPTORS,
+    HOST_DESCRIPTORS), for 16-bit calls only (not fp32, nor fp8, whose path lays V out for its own
+    loads): as tuning.DESCRIPTORS_VARIABLE says, else on NVIDIA GPUs with TMA as
+    NVIDIA_16BIT_DESCRIPTORS does. Host-made descriptors fall back to device-made ones where
+    _host_describable fails (varlen calls among them), and those to pointers where TMA cannot address
+    k and v from every head's and sequence's first row."""
     if pr.dtype not in SIXTEEN_BIT:
-        return False
-    setting = os.environ.get(tuning.KV_DESCRIPTORS_VARIABLE)
-    if setting is not None:  # forced on only where TMA exists (or in the interpreter, for the tests)
-        wanted = setting == "1" and (tuning.interpreting() or _has_tma(k.device))
+        return kernels.POINTER_BLOCKS.value
+    setting = os.environ.get(tuning.DESCRIPTORS_VARIABLE)
+    if setting is not None:  # forced only where TMA exists (or in the interpreter, for the tests)
+        wanted = tuning.descriptors_setting(setting)
+        if not (tuning.interpreting() or _has_tma(q.device)):
+            wanted = kernels.POINTER_BLOCKS.value
+    elif _has_tma(q.device):
+        wanted = NVIDIA_16BIT_DESCRIPTORS.get((max(64, pr.block_d), right_window), kernels.POINTER_BLOCKS.value)
     else:
-        wanted = _has_tma(k.device) and NVIDIA_16BIT_KV_DESCRIPTORS.get((max(64, pr.block_d), right_window), False)
+        wanted = kernels.POINTER_BLOCKS.value
     # the strides are checked last: most calls are decided without them (a few us of host time)
-    return wanted and all(_tma_addressable(t) for t in (k, v))
+    if wanted == kernels.HOST_DESCRIPTORS.value and not _host_describable(q, k, v, pr):
+        wanted = kernels.DEVICE_KV_DESCRIPTORS.value
+    if wanted == kernels.DEVICE_KV_DESCRIPTORS.value and not all(_tma_addressable(t) for t in (k, v)):
+        wanted = kernels.POINTER_BLOCKS.value
+    return wanted
+
+
+def _host_describable(q, k, v, pr):
+    """Whether host-made descriptors (_host_descriptor) can carry q, k, v and out: a dense call (a
+    varlen sequence's block would run into the next sequence's rows) of whole head dims (no padded
+    columns: the view's next columns are the next head's), with fixed tiles (the descriptors' block
+    shapes are the tile's; autotuning chooses the tile later), each tensor's heads side by side in a
+    row (the (batch, seqlen, heads * headdim) view) and addressable by TMA (out is new and dense)."""
+    return (TensorDescriptor is not None and not pr.varlen and not pr.pad_d and not tuning.enabled()
+            and all(t.stride(2) == pr.headdim and _tma_addressable(t) for t in (q, k, v)))
+
+
+def _host_descriptor(t, rows, block_d):
+    """A TMA descriptor over the (batch, seqlen, heads * headdim) view of the dense q / k / v-like t
+    (_host_describable), in blocks of `rows` rows of one head (kernels._row_block_view)."""
+    batch, seqlen, heads, headdim = t.shape
+    return TensorDescriptor(t, [batch, seqlen, heads * headdim], [t.stride(0), t.stride(1), 1], [1, rows, block_d])
 
 
 def _has_tma(device):
@@ -385,7 +418,7 @@ def _bound_launch(varlen):
 class _ForwardPlan:
     """What a forward launch depends on apart from its tensors' data and softmax_scale, decided from
     shapes, strides, dtypes, flags and the tile variables (check_tensors, _Problem, the tile tables,
-    _kv_described): numbers only, so that a cached plan holds no tensor. run() allocates the outputs
+    _forward_descriptors): numbers only, so that a cached plan holds no tensor. run() allocates the outputs
     and launches."""
 
     def __init__(self, q, k, v, window, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -405,9 +438,10 @@ class _ForwardPlan:
         self.tail_before_scale, self.tail_after_scale = pr.tail_before_scale(), pr.tail_after_scale()
         right_window = pr.right >= 0  # a causal or right window bounds the keys: the tile tables' second key
         fixed = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k)
-        self.described = _kv_described(k, v, pr, right_window=right_window)
+        self.descriptors = _forward_descriptors(q, k, v, pr, right_window=right_window)
+        self.block_rows = (fixed["BLOCK_M"], fixed["BLOCK_N"], pr.block_d)  # of host-made descriptors
         self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
-                            KV_DESCRIPTORS=self.described, **pr.meta(fixed), fixed_blocks=fixed,
+                            DESCRIPTORS=self.descriptors, **pr.meta(fixed), fixed_blocks=fixed,
                             bound=_bound_launch(pr.varlen))
 
     def run(self, q, k, v, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state, descales):
@@ -427,10 +461,16 @@ class _ForwardPlan:
             v_strides, descale_strides = (*_row_strides(v, self.varlen), v.stride(-1)), descales.stride()[:2]
         else:
             v_strides, descales, descale_strides = self.v_strides, slopes, (0, 0)  # descales: any pointer
+        blocks = (q, k, v, out)
+        if self.descriptors == kernels.HOST_DESCRIPTORS.value:
+            block_m, block_n, block_d = self.block_rows
+            blocks = tuple(_host_descriptor(t, rows, block_d) for t, rows in zip(blocks, (block_m, block_n, block_n,
+                                                                                          block_m)))
         launch_with_scratch(
-            self.described, _forward_kernel, q.device, self.grid, q, k, v, out, lse, cu_q, cu_k, slopes, rng_state,
-            descales, *self.qk_strides, *v_strides, *self.out_strides, *self.lse_strides, slope_stride,
-            *descale_strides, *self.tail_before_scale, float(softmax_scale), *self.tail_after_scale, **self.options)
+            self.descriptors == kernels.DEVICE_KV_DESCRIPTORS.value, _forward_kernel, q.device, self.grid, *blocks,
+            lse, cu_q, cu_k, slopes, rng_state, descales, *self.qk_strides, *v_strides, *self.out_strides,
+            *self.lse_strides, slope_stride, *descale_strides, *self.tail_before_scale, float(softmax_scale),
+            *self.tail_after_scale, **self.options)
         return out, lse
 
 
@@ -463,8 +503,9 @@ class _PlanCache:
 
 
 PLAN_CACHE_SIZE = 256
-_PLAN_VARIABLES = (tuning.FORWARD_TILE_VARIABLE, tuning.FP8_FORWARD_TILE_VARIABLE, tuning.KV_DESCRIPTORS_VARIABLE,
-                   tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE, "TRITON_INTERPRET", "TRITON_DEBUG")
+_PLAN_VARIABLES = (tuning.FORWARD_TILE_VARIABLE, tuning.FP8_FORWARD_TILE_VARIABLE, tuning.DESCRIPTORS_VARIABLE,
+                   tuning.AUTOTUNE_VARIABLE, tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE, "TRITON_INTERPRET",
+                   "TRITON_DEBUG")
 _forward_plans, _backward_plans = _PlanCache(), _PlanCache()
 
 
@@ -476,7 +517,7 @@ def clear_plans():
 
 def _layout_key(*tensors):
     """The shapes, strides and dtypes of `tensors` and the first one's device, the variables the tile
-    tables and _kv_described read: what every plan depends on besides its call's flags."""
+    tables and _forward_descriptors read: what every plan depends on besides its call's flags."""
     return (tuple((t.shape, t.stride(), t.dtype) for t in tensors), tensors[0].device,
             tuple(os.environ.get(name) for name in _PLAN_VARIABLES))
 

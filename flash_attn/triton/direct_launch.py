@@ -6,7 +6,8 @@ specializing every argument, rebuilding its cache key and reading its settings, 
 every call of a cached launch plan (attention.py). A BoundLaunch, held by one plan for one of its
 kernels, keeps the compiled kernel the JIT returned for the plan's first call and launches it
 directly afterwards while everything the JIT chose it by still holds: each tensor argument's dtype
-and 16-byte alignment, the value of every other argument but the floats (which the JIT types as fp32
+and 16-byte alignment, each host-made tensor descriptor's dtype, shape, strides and block shape, the
+value of every other argument but the floats (which the JIT types as fp32
 whatever their value), the current device, and no launch hook (a profiler's) being set. Otherwise,
 in Triton's interpreter, and on a Triton whose CompiledKernel lacks the launcher this was written
 against (run(grid x, y, z, stream, function, packed metadata, launch metadata, enter hook, exit
@@ -26,6 +27,10 @@ try:
     from triton import knobs
 except ImportError:  # a Triton without knobs (before 3.4) launches through the JIT only
     knobs = None
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:
+    TensorDescriptor = None
 
 
 def _current_device():
@@ -44,6 +49,10 @@ def _hooks_unset():
     holds there); earlier knobs hold a function or None."""
     return all(hook is None or (isinstance(getattr(hook, "calls", None), list) and not hook.calls)
                for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
+
+
+def _is_descriptor(arg):
+    return TensorDescriptor is not None and isinstance(arg, TensorDescriptor)
 
 
 def launch_kernel(kernel, grid, args, options, bound=None):
@@ -79,9 +88,12 @@ class BoundLaunch:
             self._capture(kernel, compiled, grid, args, options)
 
     def _facts(self, args):
-        """What the JIT specialized the call's arguments on, but the floats."""
+        """What the JIT specialized the call's arguments on, but the floats; of a host-made tensor
+        descriptor, everything but its base's address (the launcher encodes the descriptor each call)."""
         tensors = tuple((args[i].dtype, args[i].data_ptr() % 16 == 0) for i in self.tensor_positions)
-        return tensors, tuple(args[i] for i in self.value_positions)
+        descriptors = tuple((d.base.dtype, tuple(d.shape), tuple(d.strides), tuple(d.block_shape), d.padding)
+                            for d in (args[i] for i in self.descriptor_positions))
+        return tensors, descriptors, tuple(args[i] for i in self.value_positions)
 
     def _holds(self, args):
         return (len(args) == self.arity and all(type(args[i]) is float for i in self.float_positions)
@@ -109,8 +121,9 @@ class BoundLaunch:
         self.arity = len(args)
         self.tensor_positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         self.float_positions = [i for i, a in enumerate(args) if type(a) is float]
+        self.descriptor_positions = [i for i, a in enumerate(args) if _is_descriptor(a)]
         self.value_positions = [i for i, a in enumerate(args)
-                                if not isinstance(a, torch.Tensor) and type(a) is not float]
+                                if not isinstance(a, torch.Tensor) and type(a) is not float and not _is_descriptor(a)]
         self.facts = self._facts(args)
         if callable(grid):
             grid = grid(dict(zip((param.name for param in params), (*args, *self.tail))))

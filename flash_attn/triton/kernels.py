@@ -25,6 +25,12 @@ import triton.language as tl
 from .fp8_kernels import E4M3_P_SCALE_LOG2, _descaled_scales, _output, _pv_operand
 
 LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr: jit functions read only those globals
+# Where the forward's blocks come from (its DESCRIPTORS constexpr; attention._forward_descriptors
+# chooses): pointer loads and stores; K / V through tensor descriptors the kernel makes per head
+# (_key_descriptor); or Q / K / V / Out through descriptors the host made (_row_block_view).
+POINTER_BLOCKS = tl.constexpr(0)
+DEVICE_KV_DESCRIPTORS = tl.constexpr(1)
+HOST_DESCRIPTORS = tl.constexpr(2)
 
 
 @triton.jit
@@ -356,25 +362,39 @@ def _key_descriptor(base, len_k, headdim, stride_s, BLOCK_N: tl.constexpr, BLOCK
     its loads are TMA copies (cp.async.bulk.tensor in Triton 3.9's sm_90 PTX), which read the rows
     past len_k and the columns past headdim as 0 themselves, so a block needs no pointer tensor and
     no mask. The host takes this path only where TMA can address the tensor
-    (attention._kv_described)."""
+    (attention._forward_descriptors)."""
     return tl.make_tensor_descriptor(base, [len_k, headdim], [stride_s, 1], [BLOCK_N, BLOCK_D])
 
 
 @triton.jit
+def _row_block_view(desc, batch, first, column, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The (ROWS, BLOCK_D) block of rows [first, first + ROWS) of sequence `batch` from columns
+    [column, column + BLOCK_D) of a host-made descriptor over a (batch, seqlen, heads * headdim) view
+    of a dense q / k / v-like tensor (attention._host_descriptor): one TMA copy on Hopper, rows past
+    the sequence read as 0."""
+    return desc.load([batch, first, column]).reshape(ROWS, BLOCK_D)
+
+
+@triton.jit
 def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, len_q, len_k, stride_ks, stride_vs,
-            stride_vd, score_scale, scale_log2, softcap, slope, left, right, Rng, batch, heads, head, keep_threshold,
-            BLOCK_N: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-            DOT_PRECISION: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr, PAD_D: tl.constexpr,
-            P_SCALE_LOG2: tl.constexpr, KV_DESCRIPTORS: tl.constexpr):
+            stride_vd, score_scale, scale_log2, softcap, slope, left, right, Rng, batch, heads, head, kv_column,
+            keep_threshold, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+            HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+            INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr, PAD_D: tl.constexpr, P_SCALE_LOG2: tl.constexpr,
+            DESCRIPTORS: tl.constexpr):
     """The forward's walk over the key blocks [start, stop) (multiples of BLOCK_N): returns acc, m_i,
     l_i updated. MASKED False: every key of every block is visible (_full_key_blocks). P_SCALE_LOG2:
-    _online_softmax's scale of p. KV_DESCRIPTORS: K_head and V_head are tensor descriptors
-    (_key_descriptor), not pointers."""
+    _online_softmax's scale of p. DESCRIPTORS: K_head and V_head are the head's own tensor
+    descriptors (DEVICE_KV_DESCRIPTORS, _key_descriptor), the host's over every head
+    (HOST_DESCRIPTORS: the head's columns start at kv_column), or pointers to the head's first key."""
     for n0 in range(start, stop, BLOCK_N):
         cols = _block_indices(n0, BLOCK_N)
-        if KV_DESCRIPTORS:
+        if DESCRIPTORS == DEVICE_KV_DESCRIPTORS:
             k = K_head.load([n0, 0])
             v = V_head.load([n0, 0])
+        elif DESCRIPTORS == HOST_DESCRIPTORS:
+            k = _row_block_view(K_head, batch, n0, kv_column, BLOCK_N, BLOCK_D)
+            v = _row_block_view(V_head, batch, n0, kv_column, BLOCK_N, BLOCK_D)
         else:
             k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED, PAD_D)
             v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, stride_vd, MASKED, PAD_D)
@@ -402,11 +422,12 @@ def attention_forward_kernel(
         keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr,
         HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
         PAD_D: tl.constexpr, CLIP_LEFT: tl.constexpr, CLIP_RIGHT: tl.constexpr, IS_FP8: tl.constexpr,
-        INTERPRETER_ROUNDING: tl.constexpr, KV_DESCRIPTORS: tl.constexpr):
+        INTERPRETER_ROUNDING: tl.constexpr, DESCRIPTORS: tl.constexpr):
     """Out and Lse of one query block. IS_FP8: q, k, v are e4m3 with the descales of Descales
-    (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16). KV_DESCRIPTORS:
-    K and V blocks come through tensor descriptors made here (_key_descriptor; 16-bit calls whose k
-    and v TMA can address, attention._kv_described), else through pointers.
+    (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16). DESCRIPTORS: where
+    the blocks come from (POINTER_BLOCKS, DEVICE_KV_DESCRIPTORS, HOST_DESCRIPTORS; 16-bit calls only
+    take descriptors, attention._forward_descriptors): with HOST_DESCRIPTORS, Q, K, V and Out are
+    tensor descriptors, not pointers, and their strides are unread.
 
     The key walk runs in up to three loops (_full_key_blocks): masked blocks before and after the
     ones every query sees whole, which skip the mask. The host compiles the masked loops only where
@@ -423,18 +444,24 @@ def attention_forward_kernel(
         rows = m0 + tl.arange(0, BLOCK_M)
         dims = tl.arange(0, BLOCK_D)
         kv_head = head // group
-        q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh,
-                            PAD_D)
+        if DESCRIPTORS == HOST_DESCRIPTORS:
+            q = _row_block_view(Q, batch, m0, head * headdim, BLOCK_M, BLOCK_D)
+        else:
+            q = _load_row_block(Q, batch, q_first, rows, len_q, head, dims, headdim, stride_qb, stride_qs, stride_qh,
+                                PAD_D)
         slope = _alibi_slope(Slopes, batch, head, stride_slope_b, HAS_ALIBI)
         score_scale, out_scale = scale, keep_scale
         if IS_FP8:
             score_scale, out_scale = _descaled_scales(Descales, batch, kv_head, stride_descale_t, stride_descale_b,
                                                       scale, keep_scale)
-        K_head = K + batch * stride_kb + k_first * stride_ks + kv_head * stride_kh
-        V_head = V + batch * stride_vb + k_first * stride_vs + kv_head * stride_vh
-        if KV_DESCRIPTORS:
-            K_head = _key_descriptor(K_head, len_k, headdim, stride_ks, BLOCK_N, BLOCK_D)
-            V_head = _key_descriptor(V_head, len_k, headdim, stride_vs, BLOCK_N, BLOCK_D)
+        if DESCRIPTORS == HOST_DESCRIPTORS:
+            K_head, V_head = K, V
+        else:
+            K_head = K + batch * stride_kb + k_first * stride_ks + kv_head * stride_kh
+            V_head = V + batch * stride_vb + k_first * stride_vs + kv_head * stride_vh
+            if DESCRIPTORS == DEVICE_KV_DESCRIPTORS:
+                K_head = _key_descriptor(K_head, len_k, headdim, stride_ks, BLOCK_N, BLOCK_D)
+                V_head = _key_descriptor(V_head, len_k, headdim, stride_vs, BLOCK_N, BLOCK_D)
         m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_M,), tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
@@ -447,13 +474,16 @@ def attention_forward_kernel(
                 start, stop = _walk_part(part, lo, full_lo, full_hi, hi)
                 acc, m_i, l_i = _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, len_q,
                                         len_k, stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope,
-                                        left, right, Rng, batch, heads, head, keep_threshold, BLOCK_N, HAS_SOFTCAP,
-                                        HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION, INTERPRETER_ROUNDING, part != 1, PAD_D,
-                                        P_SCALE_LOG2, KV_DESCRIPTORS)
+                                        left, right, Rng, batch, heads, head, kv_head * headdim, keep_threshold,
+                                        BLOCK_N, BLOCK_D, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION,
+                                        INTERPRETER_ROUNDING, part != 1, PAD_D, P_SCALE_LOG2, DESCRIPTORS)
         out, lse = _normalized_rows(acc, m_i, l_i, out_scale, P_SCALE_LOG2)
-        out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob, stride_os,
-                                           stride_oh, PAD_D)
-        tl.store(Out + out_offsets, _output(out, Out.dtype.element_ty, INTERPRETER_ROUNDING), mask=out_mask)
+        if DESCRIPTORS == HOST_DESCRIPTORS:  # the copy stops at the sequence's end
+            Out.store([batch, m0, head * headdim], out.to(Out.dtype).reshape(1, BLOCK_M, BLOCK_D))
+        else:
+            out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob,
+                                               stride_os, stride_oh, PAD_D)
+            tl.store(Out + out_offsets, _output(out, Out.dtype.element_ty, INTERPRETER_ROUNDING), mask=out_mask)
         tl.store(Lse + batch * stride_lb + head * stride_lh + q_first + rows, lse, mask=rows < len_q)
 
 

@@ -42,10 +42,13 @@ FP8_FORWARD_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_FP8_FORWARD_TILE"
 # program) and dQ (BLOCK_M queries per program, BLOCK_N keys per step).
 DKDV_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DKDV_TILE"
 DQ_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DQ_TILE"
-# The forward's K / V loads through tensor descriptors made in the kernel (TMA on Hopper): "1" where
-# the call allows it (attention._kv_described), "0" never; unset, where the host's table
-# (attention.NVIDIA_16BIT_KV_DESCRIPTORS) chooses them. Read per call, for A/B runs.
-KV_DESCRIPTORS_VARIABLE = "FLASH_ATTENTION_TRITON_KV_DESCRIPTORS"
+# Where the 16-bit forward's blocks come from (kernels.POINTER_BLOCKS, DEVICE_KV_DESCRIPTORS,
+# HOST_DESCRIPTORS): "0" pointers, "1" K / V through descriptors made in the kernel, "2" Q / K / V / Out
+# through descriptors the host makes, each where the call allows it (attention._forward_descriptors
+# falls back from 2 to 1 to 0); unset, the host's table (attention.NVIDIA_16BIT_DESCRIPTORS) chooses.
+# Read per call, for A/B runs.
+DESCRIPTORS_VARIABLE = "FLASH_ATTENTION_TRITON_DESCRIPTORS"
+DESCRIPTORS_SETTINGS = ("0", "1", "2")
 
 # A tile is tried when each of its row blocks times the padded head dim stays within this many
 # elements (128 x 128): larger fp32 accumulators are expected to spill. An unmeasured guess, which
@@ -124,6 +127,14 @@ def tile_from_environment(variable, default):
         raise ValueError(f"flash_attn Triton backend: {variable} must be four or five integers "
                          f"'BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg]', got {text!r}")
     return Tile(*parts)
+
+
+def descriptors_setting(text):
+    """The block source DESCRIPTORS_VARIABLE names (its index in DESCRIPTORS_SETTINGS)."""
+    if text.strip() not in DESCRIPTORS_SETTINGS:
+        raise ValueError(f"flash_attn Triton backend: {DESCRIPTORS_VARIABLE} must be one of "
+                         f"{', '.join(DESCRIPTORS_SETTINGS)}, got {text!r}")
+    return DESCRIPTORS_SETTINGS.index(text.strip())
 
 
 def fits(config, block_d):
