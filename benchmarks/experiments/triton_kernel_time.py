@@ -6,7 +6,10 @@ triton_tutorial_peer.py loads it), bf16 / fp16 forward at 16 heads x 16k tokens,
   loop gets); do_bench: triton.testing.do_bench's median (L2 flushed between calls, as the comparison).
 If kernel is at the tutorial's level while back-to-back is not, the cell is bound by host time.
 After the table, the kernel column split by kernel (each kernel's GPU time per call).
---backward times the backward instead: torch.autograd.grad of a retained forward graph (the tutorial
+--candidates runs ours under each of several settings in the same process, named as
+triton_tile_sweep.py names them ("default", "BLOCK_M,BLOCK_N,warps,stages[,maxnreg]", a suffix "@N"
+for the forward's block source), --rounds times the whole set that many times (rounds show the
+spread). --backward times the backward instead: torch.autograd.grad of a retained forward graph (the tutorial
 comparison's backward call), ours and, under a causal mask only (the only one its backward takes),
 the tutorial's.
 
@@ -15,6 +18,7 @@ the tutorial's.
 
 import argparse
 import contextlib
+import itertools
 import os
 import sys
 
@@ -24,6 +28,7 @@ from triton.testing import do_bench
 sys.path.insert(0, os.path.dirname(__file__))
 from call_profile import profiled  # noqa: E402
 from padded_step_profile import wall_us  # noqa: E402
+from triton_tile_sweep import DEFAULT, tiles  # noqa: E402
 from triton_tutorial_peer import (HEADS, TOKENS, TUTORIAL_PATH, Tutorial, keep_hopper_configs,  # noqa: E402
                                   load_tutorial, ours_backward, tutorial_backward)
 
@@ -37,13 +42,22 @@ def kernel_us(call, calls=20):
     return sum(shares.values()), shares
 
 
-def forward_calls(q, k, v, causal, tutorial):
-    """{who: a forward call} of ours (bf16) and the tutorial's (fp16, its layout) on q, k, v."""
-    calls = {"ours bf16": lambda: flash_attn_func(q, k, v, causal=causal)}
+def forward_calls(q, k, v, causal, tutorial, candidates=(DEFAULT,)):
+    """{who: a forward call} of ours (bf16; per candidate setting, tiles() of triton_tile_sweep.py)
+    and the tutorial's (fp16, its layout) on q, k, v."""
+    calls = {}
+    for candidate in candidates:
+        name = "ours bf16" + ("" if candidate == DEFAULT else f" {candidate}")
+        calls[name] = lambda candidate=candidate: _under(candidate, lambda: flash_attn_func(q, k, v, causal=causal))
     if tutorial is not None:
         tq, tk, tv = (Tutorial.layout(t.half()) for t in (q, k, v))
         calls["tutorial fp16"] = lambda: tutorial("fwd", tq, tk, tv, causal, q.shape[-1] ** -0.5)
     return calls
+
+
+def _under(candidate, call):
+    with tiles("fwd", candidate):
+        return call()
 
 
 def backward_calls(q, k, v, causal, tutorial):
@@ -64,6 +78,8 @@ def main():
     parser.add_argument("--headdims", nargs="+", type=int, default=(64, 128))
     parser.add_argument("--seqlens", nargs="+", type=int, default=(1024,))
     parser.add_argument("--backward", action="store_true", help="time the backward (autograd.grad) instead")
+    parser.add_argument("--candidates", nargs="+", default=(DEFAULT,), help="forward settings of ours")
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     module, error = load_tutorial(os.path.normpath(TUTORIAL_PATH))
     if module is None:
@@ -76,20 +92,18 @@ def main():
     print("| hd | seqlen | causal | who | kernel | back-to-back | do_bench |")
     print("|---|---|---|---|---|---|---|")
     split = []
-    for hd in args.headdims:
-        for seqlen in args.seqlens:
-            for causal in (False, True):
-                batch = TOKENS // seqlen
-                q, k, v = (torch.randn(batch, seqlen, HEADS, hd, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-                calls = (backward_calls(q, k, v, causal, tutorial) if args.backward
-                         else forward_calls(q, k, v, causal, tutorial))
-                for who, call in calls.items():
-                    with torch.no_grad() if not args.backward else contextlib.nullcontext():
-                        kernel, shares = kernel_us(call)
-                        row = (kernel, wall_us(call, steps=200, warmup=1), do_bench(call, warmup=25, rep=100) * 1e3)
-                    print(f"| {hd} | {seqlen} | {causal} | {who} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
-                    split.append(f"{hd} / {seqlen} / causal {causal} / {who}: " + ", ".join(
-                        f"{name[:48]} {us:.1f}" for name, us in sorted(shares.items(), key=lambda item: -item[1])))
+    for _, hd, seqlen, causal in itertools.product(range(args.rounds), args.headdims, args.seqlens, (False, True)):
+        batch = TOKENS // seqlen
+        q, k, v = (torch.randn(batch, seqlen, HEADS, hd, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        calls = (backward_calls(q, k, v, causal, tutorial) if args.backward
+                 else forward_calls(q, k, v, causal, tutorial, args.candidates))
+        for who, call in calls.items():
+            with torch.no_grad() if not args.backward else contextlib.nullcontext():
+                kernel, shares = kernel_us(call)
+                row = (kernel, wall_us(call, steps=200, warmup=1), do_bench(call, warmup=25, rep=100) * 1e3)
+            print(f"| {hd} | {seqlen} | {causal} | {who} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
+            split.append(f"{hd} / {seqlen} / causal {causal} / {who}: " + ", ".join(
+                f"{name[:48]} {us:.1f}" for name, us in sorted(shares.items(), key=lambda item: -item[1])))
     print("\nkernel column by kernel (µs per call):")
     print("\n".join(f"- {line}" for line in split))
     if tutorial is not None and tutorial.errors:
