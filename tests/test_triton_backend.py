@@ -289,15 +289,32 @@ def test_descriptors_variable_is_checked(monkeypatch):
 @pytest.mark.skipif(DEVICE != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability()[0] < 9,
                     reason="the descriptor defaults are for NVIDIA GPUs with TMA")
 def test_descriptors_by_default(monkeypatch):
-    """Without the variable, the host's table (NVIDIA_16BIT_DESCRIPTORS) chooses by head dim and
-    window."""
+    """Without the variable, the host's tables (_nvidia_16bit_descriptors) choose by head dim, window
+    and key length."""
     monkeypatch.delenv(tuning.DESCRIPTORS_VARIABLE, raising=False)
     chosen = _recorded_descriptors(monkeypatch)
     cases = ((128, False), (128, True), (64, True), (256, False))
     for headdim, causal in cases:
         q, k, v = (torch.randn(1, 128, 2, headdim, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
         triton_backend.forward(q, k, v, headdim ** -0.5, window=(-1, 0) if causal else (-1, -1))
-    assert chosen == [triton_attention.NVIDIA_16BIT_DESCRIPTORS[case] for case in cases]
+    assert chosen == [triton_attention._nvidia_16bit_descriptors(headdim, causal, 128)[0]
+                      for headdim, causal in cases]
+
+
+def test_descriptor_table_by_key_length():
+    """NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS' key ranges include both ends; outside them, and where a call
+    cannot take host-made descriptors, NVIDIA_16BIT_DESCRIPTORS' source holds."""
+    table = triton_attention._nvidia_16bit_descriptors
+    for (block_d, right_window), (first, last) in triton_attention.NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS.items():
+        other = triton_attention.NVIDIA_16BIT_DESCRIPTORS[(block_d, right_window)]
+        assert table(block_d, right_window, first) == (HOST, other)
+        if first > 0:
+            assert table(block_d, right_window, first - 1) == (other, other)
+        if last is not None:
+            assert table(block_d, right_window, last) == (HOST, other)
+            assert table(block_d, right_window, last + 1) == (other, other)
+    assert table(64, False, 4096) == (POINTERS, POINTERS)
+    assert table(32, True, 2048) == (HOST, POINTERS)  # padded to 64
 
 
 def _assert_descriptors_match_pointers(monkeypatch, q, k, v, scale, expected, asked=("1", "2"), **options):
@@ -359,7 +376,8 @@ def test_forward_launch_options(monkeypatch):
     """The forward's fixed launch: the portable 64 x 64 / 32 x 32 blocks with Triton's default warps
     and stages for fp32, CPU tensors and (on ROCm) everything 16-bit and fp8; on NVIDIA GPUs 16-bit
     inputs take NVIDIA_16BIT_FORWARD_TILES (by padded head dim and right window; at hd 128 under a
-    right window up to SHORT_RIGHT_WINDOW_KEYS keys the capped short tile); fp8 up to head
+    right window up to SHORT_RIGHT_WINDOW_KEYS keys the capped short tile, without one on host-made
+    descriptors NVIDIA_16BIT_SHORT_HOST_TILE up to as many keys); fp8 up to head
     dim 128 takes FP8_FORWARD_TILE, or under a right window FP8_SHORT_RIGHT_WINDOW_TILE up to
     FP8_SHORT_WALK_KEYS keys and FP8_RIGHT_WINDOW_TILE beyond, and FP8_WIDE_HEAD_TILE above head dim
     128 (not on ROCm); each variable overrides its own."""
@@ -381,6 +399,12 @@ def test_forward_launch_options(monkeypatch):
         short_keys = attention.SHORT_RIGHT_WINDOW_KEYS
         short = attention._forward_launch(block_d, dtype, cuda, right_window, seqlen_k=short_keys)
         assert short == (short_tile if nvidia and right_window and block_d == 128 else expected)
+        host_short = attention._forward_launch(block_d, dtype, cuda, right_window, seqlen_k=short_keys,
+                                               host_descriptors=True)
+        host_tile = attention.NVIDIA_16BIT_SHORT_HOST_TILE.launch_options()
+        assert host_short == (host_tile if nvidia and not right_window and block_d == 128 else short)
+        assert attention._forward_launch(block_d, dtype, cuda, right_window, seqlen_k=long,
+                                         host_descriptors=True) == expected
     wide_fp8 = attention.FP8_WIDE_HEAD_TILE.launch_options() if nvidia else dict(BLOCK_M=32, BLOCK_N=32)
     for right_window in (False, True):
         assert attention._forward_launch(256, attention.FP8_DTYPE, cuda, right_window, seqlen_k=100) == wide_fp8

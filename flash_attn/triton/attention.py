@@ -116,12 +116,12 @@ NVIDIA_16BIT_BACKWARD_TILES = {  # padded head dim: (dK / dV tile, dQ tile)
     256: (tuning.Tile(64, 64, 8, 2), tuning.Tile(128, 32, 8, 2)),
 }
 # Where the 16-bit forward's blocks come from on Hopper and later (kernels.POINTER_BLOCKS,
-# DEVICE_KV_DESCRIPTORS, HOST_DESCRIPTORS), by (padded head dim, right window). At hd 128 the pointer
-# loads' address tensors cost 36-44 registers a thread (Triton 3.9 for sm_90: 255 + 8 B of stack ->
-# 213 at 128 x 128 causal); there K / V descriptors made in the kernel took 3% / 8% of the kernel
-# time at 1k (non-causal / causal) and 10-16% at 4k / 16k (H200, Triton 3.6, benchmarks/NOTES.md
-# v36). At hd 64 they cost 4-5% at 1k and gained 0-4% from 4k; at hd 256 -2% to +4%: both keep the
-# pointer loads.
+# DEVICE_KV_DESCRIPTORS, HOST_DESCRIPTORS), by (padded head dim, right window), where
+# NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS does not choose host-made ones. At hd 128 the pointer loads'
+# address tensors cost 36-44 registers a thread (Triton 3.9 for sm_90: 255 + 8 B of stack -> 213 at
+# 128 x 128 causal); there K / V descriptors made in the kernel took 3% / 8% of the kernel time at
+# 1k (non-causal / causal) and 10-16% at 4k / 16k (H200, Triton 3.6, benchmarks/NOTES.md v36). At hd
+# 64 they cost 4-5% at 1k and gained 0-4% from 4k; at hd 256 -2% to +4%: both keep the pointer loads.
 NVIDIA_16BIT_DESCRIPTORS = {
     (64, False): kernels.POINTER_BLOCKS.value,
     (64, True): kernels.POINTER_BLOCKS.value,
@@ -130,6 +130,28 @@ NVIDIA_16BIT_DESCRIPTORS = {
     (256, False): kernels.POINTER_BLOCKS.value,
     (256, True): kernels.POINTER_BLOCKS.value,
 }
+# Q / K / V / Out through host-made descriptors (kernels.HOST_DESCRIPTORS) for key lengths in
+# [first, last] (None: unbounded), by (padded head dim, right window). They save the kernel the
+# in-kernel descriptors' setup and Q's pointer tensor, but cost ~20-40 us of host time a call (four
+# descriptors made and encoded per launch: ours and Triton's launcher), so only where the kernel
+# gains more. Kernel time on the H200 (triton 3.6, 16 heads x 16k tokens, torch.profiler; NOTES.md v46),
+# host-made against the other table's choice: hd 64 causal 1k -9% (but the call is host-bound there:
+# back-to-back +22%), 4k -7%, 16k -5%, non-causal 0 to +3%; hd 128 causal 1k -9%, 2k -5%, 4k -2%,
+# 16k +3%, non-causal 1k -6% on the 4-warp tile below, 2k +1%, 4k +6%; hd 256 non-causal -4 to -5% at
+# 1k-16k, causal 1k -4%, 4k / 16k 0 to +1%.
+NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS = {
+    (64, True): (1025, None),
+    (128, False): (0, 1024),
+    (128, True): (0, 2048),
+    (256, False): (0, None),
+    (256, True): (0, 1024),
+}
+# hd 128 non-causal walks of up to 1k keys on host-made descriptors: the tutorial's 128 x 64 with 4
+# warps, 2 stages. Its whole-block loop fits in 253 registers without spills there (Triton 3.6 for
+# sm_90, offline; 88 B of spills with pointer loads, 80 with device-made K / V descriptors) and ran 289
+# us of kernel time against the 128 x 128 tile's 307 at 1k (H200, NOTES.md v46), 1.08x by do_bench
+# (3 stages: 0.94x; 128 x 64 / 8 warps capped at 128 registers 1.05x).
+NVIDIA_16BIT_SHORT_HOST_TILE = tuning.Tile(128, 64, 4, 2)
 # Short causal walks at hd 128 (a right window, up to SHORT_RIGHT_WINDOW_KEYS keys): 128 x 64 with 8
 # warps, 2 stages and at most 128 registers a thread, so that two CTAs share an SM (96 KB of shared
 # memory each; uncapped it takes 159-178 registers (Triton 3.9 for sm_90, offline) and runs alone,
@@ -144,12 +166,25 @@ SHORT_RIGHT_WINDOW_KEYS = 1024
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
-def _nvidia_16bit_tile(block_d, right_window, seqlen_k):
+def _nvidia_16bit_tile(block_d, right_window, seqlen_k, host_descriptors=False):
     """The 16-bit forward's fixed tile on NVIDIA GPUs: by padded head dim and whether a right window
-    bounds the keys, and at hd 128 under a right window by seqlen_k (as _fp8_tile goes by it)."""
+    bounds the keys, and at hd 128 by seqlen_k (as _fp8_tile goes by it) and the block source."""
     if right_window and block_d == 128 and seqlen_k <= SHORT_RIGHT_WINDOW_KEYS:
         return NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE
+    if host_descriptors and not right_window and block_d == 128 and seqlen_k <= SHORT_RIGHT_WINDOW_KEYS:
+        return NVIDIA_16BIT_SHORT_HOST_TILE
     return NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
+
+
+def _nvidia_16bit_descriptors(block_d, right_window, seqlen_k):
+    """The tables' block source of a 16-bit forward on an NVIDIA GPU with TMA, and the source it falls
+    back to where host-made descriptors cannot carry the call (_host_describable)."""
+    key = (max(64, block_d), right_window)
+    fallback = NVIDIA_16BIT_DESCRIPTORS.get(key, kernels.POINTER_BLOCKS.value)
+    first, last = NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS.get(key, (1, 0))
+    if seqlen_k >= first and (last is None or seqlen_k <= last):
+        return kernels.HOST_DESCRIPTORS.value, fallback
+    return fallback, fallback
 
 
 def _nvidia_16bit(dtype, device):
@@ -165,20 +200,20 @@ def _launch_options(tile, block_d):
     return tile.launch_options()
 
 
-def _forward_launch(block_d, dtype, device, right_window=False, seqlen_k=0):
+def _forward_launch(block_d, dtype, device, right_window=False, seqlen_k=0, host_descriptors=False):
     """The forward's fixed launch options: the tile of tuning.py's experiment variable where set, else
     for fp8 (not on ROCm, whose fp8 keeps the portable tile) _fp8_tile's up to head dim 128 and
     FP8_WIDE_HEAD_TILE above it, NVIDIA_16BIT_FORWARD_TILES for 16-bit inputs on NVIDIA GPUs (by
-    head dim and whether a right window, causal included, bounds the keys; at hd 128 under a right
-    window up to SHORT_RIGHT_WINDOW_KEYS keys NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE), else the portable
-    blocks."""
+    head dim and whether a right window, causal included, bounds the keys; at hd 128 up to
+    SHORT_RIGHT_WINDOW_KEYS keys NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE under a right window and
+    NVIDIA_16BIT_SHORT_HOST_TILE without one on host-made descriptors), else the portable blocks."""
     fp8 = dtype == FP8_DTYPE
     tile = tuning.tile_from_environment(tuning.FP8_FORWARD_TILE_VARIABLE if fp8 else tuning.FORWARD_TILE_VARIABLE,
                                         None)
     if tile is None and fp8 and torch.version.hip is None:
         tile = _fp8_tile(right_window, seqlen_k) if block_d <= 128 else FP8_WIDE_HEAD_TILE
     if tile is None and _nvidia_16bit(dtype, device):
-        tile = _nvidia_16bit_tile(block_d, right_window, seqlen_k)
+        tile = _nvidia_16bit_tile(block_d, right_window, seqlen_k, host_descriptors)
     return _launch_options(tile, block_d)
 
 
@@ -194,26 +229,30 @@ def _backward_launches(block_d, dtype, device):
 def _forward_descriptors(q, k, v, pr, right_window):
     """Where the forward's blocks come from (kernels.POINTER_BLOCKS, DEVICE_KV_DESCRIPTORS,
     HOST_DESCRIPTORS), for 16-bit calls only (not fp32, nor fp8, whose path lays V out for its own
-    loads): as tuning.DESCRIPTORS_VARIABLE says, else on NVIDIA GPUs with TMA as
-    NVIDIA_16BIT_DESCRIPTORS does. Host-made descriptors fall back to device-made ones where
-    _host_describable fails (varlen calls among them), and those to pointers where TMA cannot address
-    k and v from every head's and sequence's first row."""
+    loads): as tuning.DESCRIPTORS_VARIABLE says, else on NVIDIA GPUs with TMA as the tables
+    (_nvidia_16bit_descriptors) do. Where _host_describable fails (varlen calls among them), host-made
+    descriptors fall back to the tables' other source (device-made ones when the variable asked), and
+    device-made ones to pointers where TMA cannot address k and v from every head's and sequence's
+    first row."""
+    pointers, device_kv, host = (kernels.POINTER_BLOCKS.value, kernels.DEVICE_KV_DESCRIPTORS.value,
+                                 kernels.HOST_DESCRIPTORS.value)
     if pr.dtype not in SIXTEEN_BIT:
-        return kernels.POINTER_BLOCKS.value
+        return pointers
     setting = os.environ.get(tuning.DESCRIPTORS_VARIABLE)
     if setting is not None:  # forced only where TMA exists (or in the interpreter, for the tests)
         wanted = tuning.descriptors_setting(setting)
+        fallback = device_kv if wanted == host else wanted
         if not (tuning.interpreting() or _has_tma(q.device)):
-            wanted = kernels.POINTER_BLOCKS.value
+            wanted = fallback = pointers
     elif _has_tma(q.device):
-        wanted = NVIDIA_16BIT_DESCRIPTORS.get((max(64, pr.block_d), right_window), kernels.POINTER_BLOCKS.value)
+        wanted, fallback = _nvidia_16bit_descriptors(pr.block_d, right_window, pr.seqlen_k)
     else:
-        wanted = kernels.POINTER_BLOCKS.value
+        wanted = fallback = pointers
     # the strides are checked last: most calls are decided without them (a few us of host time)
-    if wanted == kernels.HOST_DESCRIPTORS.value and not _host_describable(q, k, v, pr):
-        wanted = kernels.DEVICE_KV_DESCRIPTORS.value
-    if wanted == kernels.DEVICE_KV_DESCRIPTORS.value and not all(_tma_addressable(t) for t in (k, v)):
-        wanted = kernels.POINTER_BLOCKS.value
+    if wanted == host and not _host_describable(q, k, v, pr):
+        wanted = fallback
+    if wanted == device_kv and not all(_tma_addressable(t) for t in (k, v)):
+        wanted = pointers
     return wanted
 
 
@@ -437,8 +476,9 @@ class _ForwardPlan:
         self.lse_strides = pr.vector_strides(torch.empty(self.lse_shape, device="meta"))  # lse: a new tensor
         self.tail_before_scale, self.tail_after_scale = pr.tail_before_scale(), pr.tail_after_scale()
         right_window = pr.right >= 0  # a causal or right window bounds the keys: the tile tables' second key
-        fixed = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k)
         self.descriptors = _forward_descriptors(q, k, v, pr, right_window=right_window)
+        fixed = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k,
+                                host_descriptors=self.descriptors == kernels.HOST_DESCRIPTORS.value)
         self.block_rows = (fixed["BLOCK_M"], fixed["BLOCK_N"], pr.block_d)  # of host-made descriptors
         self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
                             DESCRIPTORS=self.descriptors, **pr.meta(fixed), fixed_blocks=fixed,
@@ -524,9 +564,9 @@ def _layout_key(*tensors):
 
 def _plan_key(q, k, v, window, softcap, alibi_slopes, dropout_p, fp8):
     """Everything a dense call's _ForwardPlan depends on: q / k / v's layouts (check_tensors' verdicts
-    and every stride), k and v's 16-byte alignment (_tma_addressable), the flags and the variables."""
-    return (_layout_key(q, k, v), k.data_ptr() % 16, v.data_ptr() % 16, tuple(window), float(softcap),
-            alibi_slopes is None, float(dropout_p), fp8)
+    and every stride), their 16-byte alignment (_tma_addressable), the flags and the variables."""
+    return (_layout_key(q, k, v), q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, tuple(window),
+            float(softcap), alibi_slopes is None, float(dropout_p), fp8)
 
 
 def forward(q, k, v, softmax_scale, window=(-1, -1), softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
