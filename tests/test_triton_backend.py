@@ -253,6 +253,16 @@ def test_host_descriptors_of_packed_and_strided_tensors(monkeypatch):
     _assert_descriptors_match_pointers(monkeypatch, q, k_heads_apart, v, 0.125, [DEVICE_KV], asked=("2",))
 
 
+def test_host_descriptors_without_keys(monkeypatch):
+    """No keys (seqlen_k 0): host-made descriptors cannot describe an empty k, so the call takes
+    device-made ones and returns out 0 and lse +inf, as the pointer loads do."""
+    q = torch.randn(2, 16, 2, 64, device=DEVICE, dtype=torch.float16)
+    k = torch.randn(2, 0, 2, 64, device=DEVICE, dtype=torch.float16)
+    _assert_descriptors_match_pointers(monkeypatch, q, k, k, 0.125, [DEVICE_KV], asked=("2",))
+    out, lse = triton_backend.forward(q, k, k, 0.125)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isinf(lse).all()
+
+
 def test_kv_descriptors_need_addressable_tensors(monkeypatch):
     """K or V that TMA cannot address (a row stride that is no multiple of 16 bytes here) take the
     pointer loads, whichever descriptors are asked for, and the call still runs."""

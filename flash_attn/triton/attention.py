@@ -261,9 +261,10 @@ def _host_describable(q, k, v, pr):
     varlen sequence's block would run into the next sequence's rows) of whole head dims (no padded
     columns: the view's next columns are the next head's), with fixed tiles (the descriptors' block
     shapes are the tile's; autotuning chooses the tile later), each tensor's heads side by side in a
-    row (the (batch, seqlen, heads * headdim) view) and addressable by TMA (out is new and dense)."""
+    row (the (batch, seqlen, heads * headdim) view) and addressable by TMA (out is new and dense), and
+    no tensor empty (a descriptor's dimensions are positive; an empty q skips the launch, keys do not)."""
     return (TensorDescriptor is not None and not pr.varlen and not pr.pad_d and not tuning.enabled()
-            and all(t.stride(2) == pr.headdim and _tma_addressable(t) for t in (q, k, v)))
+            and all(t.numel() > 0 and t.stride(2) == pr.headdim and _tma_addressable(t) for t in (q, k, v)))
 
 
 def _host_descriptor(t, rows, block_d):
