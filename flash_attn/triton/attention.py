@@ -480,7 +480,9 @@ class _ForwardPlan:
         self.descriptors = _forward_descriptors(q, k, v, pr, right_window=right_window)
         fixed = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k,
                                 host_descriptors=self.descriptors == kernels.HOST_DESCRIPTORS.value)
-        self.block_rows = (fixed["BLOCK_M"], fixed["BLOCK_N"], pr.block_d)  # of host-made descriptors
+        # rows of the host-made descriptors' blocks of q, k, v and out; their columns
+        self.descriptor_rows = (fixed["BLOCK_M"], fixed["BLOCK_N"], fixed["BLOCK_N"], fixed["BLOCK_M"])
+        self.block_d = pr.block_d
         self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
                             DESCRIPTORS=self.descriptors, **pr.meta(fixed), fixed_blocks=fixed,
                             bound=_bound_launch(pr.varlen))
@@ -504,9 +506,7 @@ class _ForwardPlan:
             v_strides, descales, descale_strides = self.v_strides, slopes, (0, 0)  # descales: any pointer
         blocks = (q, k, v, out)
         if self.descriptors == kernels.HOST_DESCRIPTORS.value:
-            block_m, block_n, block_d = self.block_rows
-            blocks = tuple(_host_descriptor(t, rows, block_d) for t, rows in zip(blocks, (block_m, block_n, block_n,
-                                                                                          block_m)))
+            blocks = tuple(_host_descriptor(t, rows, self.block_d) for t, rows in zip(blocks, self.descriptor_rows))
         launch_with_scratch(
             self.descriptors == kernels.DEVICE_KV_DESCRIPTORS.value, _forward_kernel, q.device, self.grid, *blocks,
             lse, cu_q, cu_k, slopes, rng_state, descales, *self.qk_strides, *v_strides, *self.out_strides,
