@@ -10,6 +10,10 @@ compared with the default tile's: a correct tile differs by rounding only.
 
     FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE python benchmarks/experiments/triton_tile_sweep.py --headdim 256
 
+do_bench includes host time where the GPU waits on the host: at hd 128 1k causal two identical settings
+read 261 and 330 TFLOP/s in one sweep (NOTES.md v46). For short cells compare candidates by kernel
+time instead: triton_kernel_time.py --candidates takes the same notation.
+
 Prints a markdown table of every run and, per kernel kind, the candidate whose smallest ratio to the
 default over the shapes is largest, as lines "BEST <kind> <tile>" for a calling script.
 """
