@@ -386,7 +386,7 @@ def test_forward_launch_options(monkeypatch):
     """The forward's fixed launch: the portable 64 x 64 / 32 x 32 blocks with Triton's default warps
     and stages for fp32, CPU tensors and (on ROCm) everything 16-bit and fp8; on NVIDIA GPUs 16-bit
     inputs take NVIDIA_16BIT_FORWARD_TILES (by padded head dim and right window; at hd 128 under a
-    right window up to SHORT_RIGHT_WINDOW_KEYS keys the capped short tile, without one on host-made
+    right window up to SHORT_WALK_KEYS keys the capped short tile, without one on host-made
     descriptors NVIDIA_16BIT_SHORT_HOST_TILE up to as many keys); fp8 up to head
     dim 128 takes FP8_FORWARD_TILE, or under a right window FP8_SHORT_RIGHT_WINDOW_TILE up to
     FP8_SHORT_WALK_KEYS keys and FP8_RIGHT_WINDOW_TILE beyond, and FP8_WIDE_HEAD_TILE above head dim
@@ -403,10 +403,10 @@ def test_forward_launch_options(monkeypatch):
                                                           (False, True)):
         tile = attention.NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
         expected = tile.launch_options() if nvidia else attention._launch_options(None, block_d)
-        long = attention.SHORT_RIGHT_WINDOW_KEYS + 1
+        long = attention.SHORT_WALK_KEYS + 1
         assert attention._forward_launch(block_d, dtype, cuda, right_window, seqlen_k=long) == expected
         short_tile = attention.NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE.launch_options()
-        short_keys = attention.SHORT_RIGHT_WINDOW_KEYS
+        short_keys = attention.SHORT_WALK_KEYS
         short = attention._forward_launch(block_d, dtype, cuda, right_window, seqlen_k=short_keys)
         assert short == (short_tile if nvidia and right_window and block_d == 128 else expected)
         host_short = attention._forward_launch(block_d, dtype, cuda, right_window, seqlen_k=short_keys,

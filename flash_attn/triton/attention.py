@@ -132,9 +132,9 @@ NVIDIA_16BIT_DESCRIPTORS = {
 }
 # Q / K / V / Out through host-made descriptors (kernels.HOST_DESCRIPTORS) for key lengths in
 # [first, last] (None: unbounded), by (padded head dim, right window). They save the kernel the
-# in-kernel descriptors' setup and Q's pointer tensor, but cost ~20-40 us of host time a call (four
-# descriptors made and encoded per launch: ours and Triton's launcher), so only where the kernel
-# gains more. Kernel time on the H200 (triton 3.6, 16 heads x 16k tokens, torch.profiler; NOTES.md v46),
+# in-kernel descriptors' setup and Q's pointer tensor, but cost host time (four descriptors made and
+# encoded per launch, by us and by Triton's launcher; ~20-40 us a call, read from back-to-back
+# timings that swung 150-350 us between rounds, not isolated), so only where the kernel gains more. Kernel time on the H200 (triton 3.6, 16 heads x 16k tokens, torch.profiler; NOTES.md v46),
 # host-made against the other table's choice: hd 64 causal 1k -9% (but the call is host-bound there:
 # back-to-back +22%), 4k -7%, 16k -5%, non-causal 0 to +3%; hd 128 causal 1k -9%, 2k -5%, 4k -2%,
 # 16k +3%, non-causal 1k -6% on the 4-warp tile below, 2k +1%, 4k +6%; hd 256 non-causal -4 to -5% at
@@ -149,10 +149,11 @@ NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS = {
 # hd 128 non-causal walks of up to 1k keys on host-made descriptors: the tutorial's 128 x 64 with 4
 # warps, 2 stages. Its whole-block loop fits in 253 registers without spills there (Triton 3.6 for
 # sm_90, offline; 88 B of spills with pointer loads, 80 with device-made K / V descriptors) and ran 289
-# us of kernel time against the 128 x 128 tile's 307 at 1k (H200, NOTES.md v46), 1.08x by do_bench
-# (3 stages: 0.94x; 128 x 64 / 8 warps capped at 128 registers 1.05x).
+# us of kernel time against the 128 x 128 tile's 307 at 1k (H200, NOTES.md v46; 3 stages and 128 x 64
+# with 8 warps capped at 128 registers were compared only by a do_bench sweep, 0.94x / 1.05x against
+# this tile's 1.08x, a sweep whose short cells also read host time).
 NVIDIA_16BIT_SHORT_HOST_TILE = tuning.Tile(128, 64, 4, 2)
-# Short causal walks at hd 128 (a right window, up to SHORT_RIGHT_WINDOW_KEYS keys): 128 x 64 with 8
+# Short causal walks at hd 128 (a right window, up to SHORT_WALK_KEYS keys): 128 x 64 with 8
 # warps, 2 stages and at most 128 registers a thread, so that two CTAs share an SM (96 KB of shared
 # memory each; uncapped it takes 159-178 registers (Triton 3.9 for sm_90, offline) and runs alone,
 # 0.64-0.76x the default tile on the H200). One
@@ -162,17 +163,18 @@ NVIDIA_16BIT_SHORT_HOST_TILE = tuning.Tile(128, 64, 4, 2)
 # 1k non-causal equal (0.99-1.00), 2k causal 0.96, 4k-16k 0.86-0.94: so only walks up to 1k keys.
 # The cap spills 32 B (offline, as above).
 NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE = tuning.Tile(128, 64, 8, 2, max_registers=128)
-SHORT_RIGHT_WINDOW_KEYS = 1024
+SHORT_WALK_KEYS = 1024  # the longest key walk of both short hd 128 tiles (this one and the host tile's)
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
 def _nvidia_16bit_tile(block_d, right_window, seqlen_k, host_descriptors=False):
     """The 16-bit forward's fixed tile on NVIDIA GPUs: by padded head dim and whether a right window
     bounds the keys, and at hd 128 by seqlen_k (as _fp8_tile goes by it) and the block source."""
-    if right_window and block_d == 128 and seqlen_k <= SHORT_RIGHT_WINDOW_KEYS:
-        return NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE
-    if host_descriptors and not right_window and block_d == 128 and seqlen_k <= SHORT_RIGHT_WINDOW_KEYS:
-        return NVIDIA_16BIT_SHORT_HOST_TILE
+    if block_d == 128 and seqlen_k <= SHORT_WALK_KEYS:
+        if right_window:
+            return NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE
+        if host_descriptors:
+            return NVIDIA_16BIT_SHORT_HOST_TILE
     return NVIDIA_16BIT_FORWARD_TILES[(max(64, block_d), right_window)]
 
 
@@ -181,8 +183,8 @@ def _nvidia_16bit_descriptors(block_d, right_window, seqlen_k):
     back to where host-made descriptors cannot carry the call (_host_describable)."""
     key = (max(64, block_d), right_window)
     fallback = NVIDIA_16BIT_DESCRIPTORS.get(key, kernels.POINTER_BLOCKS.value)
-    first, last = NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS.get(key, (1, 0))
-    if seqlen_k >= first and (last is None or seqlen_k <= last):
+    keys = NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS.get(key)
+    if keys is not None and seqlen_k >= keys[0] and (keys[1] is None or seqlen_k <= keys[1]):
         return kernels.HOST_DESCRIPTORS.value, fallback
     return fallback, fallback
 
@@ -205,7 +207,7 @@ def _forward_launch(block_d, dtype, device, right_window=False, seqlen_k=0, host
     for fp8 (not on ROCm, whose fp8 keeps the portable tile) _fp8_tile's up to head dim 128 and
     FP8_WIDE_HEAD_TILE above it, NVIDIA_16BIT_FORWARD_TILES for 16-bit inputs on NVIDIA GPUs (by
     head dim and whether a right window, causal included, bounds the keys; at hd 128 up to
-    SHORT_RIGHT_WINDOW_KEYS keys NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE under a right window and
+    SHORT_WALK_KEYS keys NVIDIA_16BIT_SHORT_RIGHT_WINDOW_TILE under a right window and
     NVIDIA_16BIT_SHORT_HOST_TILE without one on host-made descriptors), else the portable blocks."""
     fp8 = dtype == FP8_DTYPE
     tile = tuning.tile_from_environment(tuning.FP8_FORWARD_TILE_VARIABLE if fp8 else tuning.FORWARD_TILE_VARIABLE,
@@ -477,14 +479,16 @@ class _ForwardPlan:
         self.lse_strides = pr.vector_strides(torch.empty(self.lse_shape, device="meta"))  # lse: a new tensor
         self.tail_before_scale, self.tail_after_scale = pr.tail_before_scale(), pr.tail_after_scale()
         right_window = pr.right >= 0  # a causal or right window bounds the keys: the tile tables' second key
-        self.descriptors = _forward_descriptors(q, k, v, pr, right_window=right_window)
+        descriptors = _forward_descriptors(q, k, v, pr, right_window=right_window)
+        self.host_described = descriptors == kernels.HOST_DESCRIPTORS.value
+        self.device_described = descriptors == kernels.DEVICE_KV_DESCRIPTORS.value  # the launch needs scratch
         fixed = _forward_launch(pr.block_d, q.dtype, q.device, right_window=right_window, seqlen_k=pr.seqlen_k,
-                                host_descriptors=self.descriptors == kernels.HOST_DESCRIPTORS.value)
+                                host_descriptors=self.host_described)
         # rows of the host-made descriptors' blocks of q, k, v and out; their columns
         self.descriptor_rows = (fixed["BLOCK_M"], fixed["BLOCK_N"], fixed["BLOCK_N"], fixed["BLOCK_M"])
         self.block_d = pr.block_d
         self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
-                            DESCRIPTORS=self.descriptors, **pr.meta(fixed), fixed_blocks=fixed,
+                            DESCRIPTORS=descriptors, **pr.meta(fixed), fixed_blocks=fixed,
                             bound=_bound_launch(pr.varlen))
 
     def run(self, q, k, v, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state, descales):
@@ -505,10 +509,10 @@ class _ForwardPlan:
         else:
             v_strides, descales, descale_strides = self.v_strides, slopes, (0, 0)  # descales: any pointer
         blocks = (q, k, v, out)
-        if self.descriptors == kernels.HOST_DESCRIPTORS.value:
+        if self.host_described:
             blocks = tuple(_host_descriptor(t, rows, self.block_d) for t, rows in zip(blocks, self.descriptor_rows))
         launch_with_scratch(
-            self.descriptors == kernels.DEVICE_KV_DESCRIPTORS.value, _forward_kernel, q.device, self.grid, *blocks,
+            self.device_described, _forward_kernel, q.device, self.grid, *blocks,
             lse, cu_q, cu_k, slopes, rng_state, descales, *self.qk_strides, *v_strides, *self.out_strides,
             *self.lse_strides, slope_stride, *descale_strides, *self.tail_before_scale, float(softmax_scale),
             *self.tail_after_scale, **self.options)
