@@ -242,7 +242,7 @@ def _forward_descriptors(q, k, v, pr, right_window):
         return pointers
     setting = os.environ.get(tuning.DESCRIPTORS_VARIABLE)
     if setting is not None:  # forced only where TMA exists (or in the interpreter, for the tests)
-        wanted = tuning.descriptors_setting(setting)
+        wanted = (pointers, device_kv, host)[tuning.descriptors_setting(setting)]
         fallback = device_kv if wanted == host else wanted
         if not (tuning.interpreting() or _has_tma(q.device)):
             wanted = fallback = pointers

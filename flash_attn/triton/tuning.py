@@ -130,7 +130,8 @@ def tile_from_environment(variable, default):
 
 
 def descriptors_setting(text):
-    """The block source DESCRIPTORS_VARIABLE names (its index in DESCRIPTORS_SETTINGS)."""
+    """The index in DESCRIPTORS_SETTINGS of the block source DESCRIPTORS_VARIABLE names (0 pointers, 1
+    device-made K / V descriptors, 2 host-made ones; attention._forward_descriptors maps it)."""
     if text.strip() not in DESCRIPTORS_SETTINGS:
         raise ValueError(f"flash_attn Triton backend: {DESCRIPTORS_VARIABLE} must be one of "
                          f"{', '.join(DESCRIPTORS_SETTINGS)}, got {text!r}")
