@@ -97,7 +97,44 @@ def test_keys_contiguous_copies_v(shape):
     v = wide[..., ::2, :]
     copied = triton_backend.attention.keys_contiguous(v)
     assert copied.shape == v.shape and copied.stride(-3) == 1  # keys: the first dim (varlen) or the second
+    assert copied.stride(-1) % 16 == 0  # a (head, dim)'s keys 16-byte aligned rows apart: TMA-addressable
     assert torch.equal(copied.view(torch.uint8).cpu(), v.view(torch.uint8).cpu())
+
+
+FP8_DESCRIPTOR_CASES = {  # (batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal)
+    "causal_gqa_keys_not_16": (2, 70, 75, 4, 2, 64, True),  # V's copy padded to 80 keys a row
+    "hd128_more_keys": (1, 40, 130, 2, 2, 128, False),
+    "causal_mqa_hd32": (2, 33, 33, 2, 1, 32, True),
+}
+
+
+@pytest.mark.parametrize("name", FP8_DESCRIPTOR_CASES)
+def test_fp8_host_descriptors_match_the_pointer_loads(monkeypatch, name):
+    """The fp8 forward with q, k, out and V's keys-contiguous copy through host-made descriptors
+    (tuning.DESCRIPTORS_VARIABLE 2; its blocks of the copy are a head's dims by keys, transposed for
+    P . V) gives the pointer loads' out and lse bit for bit: rows past the sequence and keys past
+    the copy's (unpadded) length read as 0. Asked for device-made descriptors (1), which the kernel
+    has none of for V's copy, the call takes the pointer loads."""
+    batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal = FP8_DESCRIPTOR_CASES[name]
+    (q8, k8, v8), descales = _inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim)
+    q8, k8, v8 = _on_device((q8, k8, v8))
+    stacked = torch.stack(_on_device(descales))
+    chosen = []
+    real = triton_backend.attention._forward_descriptors
+    monkeypatch.setattr(triton_backend.attention, "_forward_descriptors",
+                        lambda *a, **kw: chosen.append(real(*a, **kw)) or chosen[-1])
+    results = []
+    for flag in ("0", "2", "1"):
+        monkeypatch.setenv(triton_backend.tuning.DESCRIPTORS_VARIABLE, flag)
+        results.append(triton_backend.forward(q8, k8, v8, headdim ** -0.5, window=(-1, 0) if causal else (-1, -1),
+                                              descales=stacked))
+    kernels = triton_backend.kernels
+    assert chosen == [kernels.POINTER_BLOCKS.value, kernels.HOST_DESCRIPTORS.value, kernels.POINTER_BLOCKS.value]
+    (out, lse), others = results[0], results[1:]
+    for out_described, lse_described in others:
+        assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
+    assert_fp8_close(out.cpu(), lse.cpu(), *references(*(t.cpu() for t in (q8, k8, v8)), descales, headdim ** -0.5,
+                                                       causal=causal))
 
 
 def test_fp8_keeps_a_long_tail():

@@ -7,7 +7,9 @@ keys-contiguous layout and the descale stack that every fp8 call makes).
     FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE python benchmarks/experiments/triton_fp8_speed.py
 
 Each candidate tile "BLOCK_M,BLOCK_N,num_warps,num_stages" runs through the forward's experiment
-variables (flash_attn/triton/tuning.py), "default" is the host's fixed tile and "autotune" sets
+variables (flash_attn/triton/tuning.py), a suffix "@N" sets the block source as in
+triton_tile_sweep.py (fp8: "@0" pointers, "@2" host-made descriptors of q, k, out and V's
+keys-contiguous copy), "default" is the host's fixed tile and "autotune" sets
 FLASH_ATTENTION_TRITON_AMD_AUTOTUNE=TRUE. The first table lists every run: TFLOP/s, fp8 over the
 default bf16 tile and over the fastest bf16 candidate of that shape, and for fp8 the largest
 difference from the default bf16 forward of the same (dequantized) inputs, which stays near 1e-2
@@ -25,8 +27,8 @@ import triton
 from triton.testing import do_bench
 
 from flash_attn import flash_attn_func
-from flash_attn.triton import attention, tuning
-from triton_tile_sweep import environment
+from flash_attn.triton import tuning
+from triton_tile_sweep import environment, tiles
 
 HEADDIM, HEADS, TOKENS = 128, 16, 16384
 FP8 = torch.float8_e4m3fn
@@ -47,9 +49,11 @@ def tflops(seqlen, batch, causal, ms):
 
 
 def forward_tile(variable, candidate):
-    """The environment of one candidate: its tile in `variable`, or autotuning, or neither."""
-    return environment({variable: None if candidate in (DEFAULT, AUTOTUNE) else candidate,
-                        tuning.AUTOTUNE_VARIABLE: "TRUE" if candidate == AUTOTUNE else None})
+    """The environment of one candidate: autotuning, or its tile in `variable` (none for the default)
+    with triton_tile_sweep.tiles' "@N" suffix for the block source."""
+    if candidate == AUTOTUNE:
+        return environment({variable: None, tuning.DESCRIPTORS_VARIABLE: None, tuning.AUTOTUNE_VARIABLE: "TRUE"})
+    return tiles("fp8" if variable == tuning.FP8_FORWARD_TILE_VARIABLE else "fwd", candidate)
 
 
 def inputs(seqlen):
@@ -137,8 +141,7 @@ def main():
     args = parser.parse_args()
     assert os.environ.get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "").upper() == "TRUE", "run with the Triton switch on"
     print(f"{torch.cuda.get_device_name()}, triton {triton.__version__}, torch {torch.__version__}; hd {HEADDIM}, "
-          f"{HEADS} heads, {TOKENS} tokens, forward TFLOP/s; default tiles: fp8 {attention.FP8_FORWARD_TILE}, "
-          f"bf16 {attention._blocks(HEADDIM)} with 4 warps, 3 stages", flush=True)
+          f"{HEADS} heads, {TOKENS} tokens, forward TFLOP/s; default: the host's tiles and block sources", flush=True)
     all_results = {}
     for seqlen in args.seqlens:
         for causal in (False, True):

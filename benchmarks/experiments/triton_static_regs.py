@@ -11,7 +11,8 @@ Features: plain (non-causal, key length a multiple of 128: one whole-block walk)
 diagonal walk too), local (both masked walks), softcap, alibi, dropout, varlen, padded (the head dim
 below its block, as hd 96 in a block of 128: the loads' head-dim masks), fp8 (forward only), descriptors
 (forward only: causal, with K and V through tensor descriptors made in the kernel, attention._forward_descriptors),
-host (forward only: causal, Q / K / V / Out through host-made descriptors), host_plain (host, non-causal).
+host (forward only: causal, Q / K / V / Out through host-made descriptors; fp8: V's keys-contiguous
+copy), host_plain (host, non-causal).
 Each row: the compiled kernel's registers per thread, stack (spill) bytes, and shared memory.
 """
 
@@ -50,8 +51,9 @@ def flags(feature):
     return flags
 
 
-def compile_one(name, dtype_name, block_d, tile, feature, arch):
-    """(registers, stack bytes, shared bytes) of one compiled kernel."""
+def compile_one(name, dtype_name, block_d, tile, feature, arch, cubin_dir=None):
+    """(registers, stack bytes, shared bytes) of one compiled kernel; its cubin is kept in cubin_dir
+    where one is given (for cuobjdump -sass and sass_loops.py)."""
     fn = KERNELS[name]
     element = TRITON_TYPES[dtype_name]
     constexprs = dict(BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"], BLOCK_D=block_d,
@@ -68,7 +70,10 @@ def compile_one(name, dtype_name, block_d, tile, feature, arch):
             signature[arg], constexprs[arg] = "constexpr", 1
         elif source_of_blocks == kernels.HOST_DESCRIPTORS.value and arg in ("Q", "K", "V", "Out"):
             rows = tile["BLOCK_N"] if arg in ("K", "V") else tile["BLOCK_M"]
-            signature[arg] = f"tensordesc<{element}[1, {rows}, {block_d}]>"
+            block = f"1, {rows}, {block_d}"
+            if dtype_name == "fp8" and arg == "V":  # its keys-contiguous copy: the head's dims by keys
+                block = f"1, {block_d}, {rows}"
+            signature[arg] = f"tensordesc<{'bf16' if arg == 'Out' and dtype_name == 'fp8' else element}[{block}]>"
         elif arg in POINTERS:
             signature[arg] = "*" + POINTERS[arg]
             attrs[(index,)] = [["tt.divisibility", 16]]
@@ -84,6 +89,10 @@ def compile_one(name, dtype_name, block_d, tile, feature, arch):
     source = ASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()}, attrs)
     compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
                               options=dict(num_warps=tile.get("num_warps", 4), num_stages=tile.get("num_stages", 3)))
+    if cubin_dir is not None:
+        tile_name = "_".join(str(tile.get(key, "")) for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
+        with open(os.path.join(cubin_dir, f"{name}_{dtype_name}_{block_d}_{feature}_{tile_name}.cubin"), "wb") as f:
+            f.write(compiled.asm["cubin"])
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(compiled.asm["cubin"])
         cubin.flush()
@@ -116,6 +125,7 @@ def main():
     parser.add_argument("--tiles", nargs="+", type=parse_tile,
                         help="BLOCK_M,BLOCK_N,warps,stages (default: the host's)")
     parser.add_argument("--features", nargs="+", default=("plain", "causal"))
+    parser.add_argument("--cubins", help="a folder to keep each compiled kernel's cubin in")
     args = parser.parse_args()
     print(f"triton {triton.__version__}, sm_{args.arch}")
     print("| kernel | dtype | hd | feature | tile | regs | stack B | smem B |")
@@ -131,7 +141,8 @@ def main():
                         text = (f"{tile['BLOCK_M']}x{tile['BLOCK_N']} w{tile.get('num_warps', 4)} "
                                 f"s{tile.get('num_stages', 3)}")
                         try:
-                            regs, stack, smem = compile_one(name, dtype_name, block_d, tile, feature, args.arch)
+                            regs, stack, smem = compile_one(name, dtype_name, block_d, tile, feature, args.arch,
+                                                             args.cubins)
                             cells = f"{regs} | {stack} | {smem}"
                         except Exception as error:  # out of shared memory, unsupported shapes
                             cells = f"{type(error).__name__} | - | -"

@@ -71,6 +71,20 @@ FP8_RIGHT_WINDOW_TILE = tuning.Tile(128, 128, 8, 3)
 FP8_SHORT_WALK_KEYS = 8192
 
 
+# The fp8 forward's block source on NVIDIA GPUs with TMA, by (padded head dim, right window): the keys
+# listed take host-made descriptors of q, k, out and V's keys-contiguous copy (kernels.HOST_DESCRIPTORS),
+# the others pointers.
+FP8_HOST_DESCRIPTOR_KEYS = frozenset()
+
+
+def _fp8_descriptors(block_d, right_window, seqlen_k):
+    """_nvidia_16bit_descriptors' pair for an fp8 forward: (the block source, its fallback: pointers)."""
+    pointers = kernels.POINTER_BLOCKS.value
+    if (block_d, right_window) in FP8_HOST_DESCRIPTOR_KEYS:
+        return kernels.HOST_DESCRIPTORS.value, pointers
+    return pointers, pointers
+
+
 def _fp8_tile(right_window, seqlen_k):
     """The fp8 forward's fixed tile: by whether a right window bounds the keys, and then by seqlen_k."""
     if not right_window:
@@ -238,16 +252,22 @@ def _forward_descriptors(q, k, v, pr, right_window):
     first row."""
     pointers, device_kv, host = (kernels.POINTER_BLOCKS.value, kernels.DEVICE_KV_DESCRIPTORS.value,
                                  kernels.HOST_DESCRIPTORS.value)
-    if pr.dtype not in SIXTEEN_BIT:
+    fp8 = pr.dtype == FP8_DTYPE
+    if pr.dtype not in SIXTEEN_BIT and not fp8:
         return pointers
     setting = os.environ.get(tuning.DESCRIPTORS_VARIABLE)
     if setting is not None:  # forced only where TMA exists (or in the interpreter, for the tests)
         wanted = (pointers, device_kv, host)[tuning.descriptors_setting(setting)]
-        fallback = device_kv if wanted == host else wanted
+        if fp8 and wanted == device_kv:  # the kernel makes no descriptor of V's keys-contiguous copy
+            wanted = pointers
+        fallback = wanted
+        if wanted == host:
+            fallback = pointers if fp8 else device_kv
         if not (tuning.interpreting() or _has_tma(q.device)):
             wanted = fallback = pointers
     elif _has_tma(q.device):
-        wanted, fallback = _nvidia_16bit_descriptors(pr.block_d, right_window, pr.seqlen_k)
+        wanted, fallback = (_fp8_descriptors(pr.block_d, right_window, pr.seqlen_k) if fp8
+                            else _nvidia_16bit_descriptors(pr.block_d, right_window, pr.seqlen_k))
     else:
         wanted = fallback = pointers
     # the strides are checked last: most calls are decided without them (a few us of host time)
@@ -264,9 +284,12 @@ def _host_describable(q, k, v, pr):
     columns: the view's next columns are the next head's), with fixed tiles (the descriptors' block
     shapes are the tile's; autotuning chooses the tile later), each tensor's heads side by side in a
     row (the (batch, seqlen, heads * headdim) view) and addressable by TMA (out is new and dense), and
-    no tensor empty (a descriptor's dimensions are positive; an empty q skips the launch, keys do not)."""
+    no tensor empty (a descriptor's dimensions are positive; an empty q skips the launch, keys do not).
+    An fp8 v is not read there but through its keys-contiguous copy, which keys_contiguous makes
+    addressable (_keys_contiguous_descriptor)."""
     return (TensorDescriptor is not None and not pr.varlen and not pr.pad_d and not tuning.enabled()
-            and all(t.numel() > 0 and t.stride(2) == pr.headdim and _tma_addressable(t) for t in (q, k, v)))
+            and all(t.numel() > 0 and t.stride(2) == pr.headdim and _tma_addressable(t)
+                    for t in ((q, k) if pr.dtype == FP8_DTYPE else (q, k, v))))
 
 
 def _host_descriptor(t, rows, block_d):
@@ -274,6 +297,15 @@ def _host_descriptor(t, rows, block_d):
     (_host_describable), in blocks of `rows` rows of one head (kernels._row_block_view)."""
     batch, seqlen, heads, headdim = t.shape
     return TensorDescriptor(t, [batch, seqlen, heads * headdim], [t.stride(0), t.stride(1), 1], [1, rows, block_d])
+
+
+def _keys_contiguous_descriptor(v_copy, keys, block_d):
+    """A TMA descriptor over the (batch, heads * headdim, seqlen) view of keys_contiguous's dense copy of
+    an fp8 v (a view (batch, seqlen, heads, headdim) with the keys' stride 1), in blocks of one head's
+    dims by `keys` keys (kernels._attend: V_KEYS_CONTIGUOUS)."""
+    batch, seqlen, heads, headdim = v_copy.shape
+    return TensorDescriptor(v_copy, [batch, heads * headdim, seqlen], [v_copy.stride(0), v_copy.stride(3), 1],
+                            [1, block_d, keys])
 
 
 def _has_tma(device):
@@ -417,6 +449,7 @@ def check_offsets(**tensors):
 
 # Keys per program of the V transpose: 64 x hd 128 bytes of fp8, the size of one forward key block.
 KEYS_CONTIGUOUS_BLOCK_K = 64
+KEYS_ROW_ALIGNMENT = 16  # elements of e4m3: the 16 bytes TMA wants between rows
 
 
 def keys_contiguous(v):
@@ -430,7 +463,10 @@ def keys_contiguous(v):
     dense = v.dim() == 4  # dense (batch, seqlen, heads, headdim), else varlen (total, heads, headdim)
     v4 = v if dense else v.unsqueeze(0)
     batch, seqlen, heads, headdim = v4.shape
-    out = torch.empty((batch, heads, headdim, seqlen), dtype=v.dtype, device=v.device)
+    # rows of keys padded to 16 bytes, so that a TMA descriptor can address the copy
+    # (_keys_contiguous_descriptor); the padding is never written nor read
+    padded = -(-seqlen // KEYS_ROW_ALIGNMENT) * KEYS_ROW_ALIGNMENT
+    out = torch.empty((batch, heads, headdim, padded), dtype=v.dtype, device=v.device)[..., :seqlen]
     if out.numel():
         grid = (triton.cdiv(seqlen, KEYS_CONTIGUOUS_BLOCK_K), heads, batch)
         fp8_kernels.keys_contiguous_kernel[grid](v4, out, seqlen, v4.stride(0), v4.stride(1), v4.stride(2),
@@ -510,7 +546,10 @@ class _ForwardPlan:
             v_strides, descales, descale_strides = self.v_strides, slopes, (0, 0)  # descales: any pointer
         blocks = (q, k, v, out)
         if self.host_described:
-            blocks = tuple(_host_descriptor(t, rows, self.block_d) for t, rows in zip(blocks, self.descriptor_rows))
+            describe = [_host_descriptor] * 4
+            if self.fp8:
+                describe[2] = _keys_contiguous_descriptor
+            blocks = tuple(made(t, rows, self.block_d) for made, t, rows in zip(describe, blocks, self.descriptor_rows))
         launch_with_scratch(
             self.device_described, _forward_kernel, q.device, self.grid, *blocks,
             lse, cu_q, cu_k, slopes, rng_state, descales, *self.qk_strides, *v_strides, *self.out_strides,

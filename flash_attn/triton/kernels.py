@@ -381,12 +381,15 @@ def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, 
             keep_threshold, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
             HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
             INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr, PAD_D: tl.constexpr, P_SCALE_LOG2: tl.constexpr,
-            DESCRIPTORS: tl.constexpr):
+            DESCRIPTORS: tl.constexpr, V_KEYS_CONTIGUOUS: tl.constexpr):
     """The forward's walk over the key blocks [start, stop) (multiples of BLOCK_N): returns acc, m_i,
     l_i updated. MASKED False: every key of every block is visible (_full_key_blocks). P_SCALE_LOG2:
     _online_softmax's scale of p. DESCRIPTORS: K_head and V_head are the head's own tensor
     descriptors (DEVICE_KV_DESCRIPTORS, _key_descriptor), the host's over every head
-    (HOST_DESCRIPTORS: the head's columns start at kv_column), or pointers to the head's first key."""
+    (HOST_DESCRIPTORS: the head's columns start at kv_column), or pointers to the head's first key.
+    V_KEYS_CONTIGUOUS (fp8): V is the keys-contiguous copy (attention.keys_contiguous), whose host-made
+    descriptor is over its (batch, heads * headdim, keys) view, so a block is the head's rows
+    [kv_column, kv_column + BLOCK_D) of keys [n0, n0 + BLOCK_N), which P . V reads transposed."""
     for n0 in range(start, stop, BLOCK_N):
         cols = _block_indices(n0, BLOCK_N)
         if DESCRIPTORS == DEVICE_KV_DESCRIPTORS:
@@ -394,7 +397,10 @@ def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, 
             v = V_head.load([n0, 0])
         elif DESCRIPTORS == HOST_DESCRIPTORS:
             k = _row_block_view(K_head, batch, n0, kv_column, BLOCK_N, BLOCK_D)
-            v = _row_block_view(V_head, batch, n0, kv_column, BLOCK_N, BLOCK_D)
+            if V_KEYS_CONTIGUOUS:  # the (BLOCK_D, BLOCK_N) block of the head's dims, transposed in place
+                v = tl.trans(_row_block_view(V_head, batch, kv_column, n0, BLOCK_D, BLOCK_N))
+            else:
+                v = _row_block_view(V_head, batch, n0, kv_column, BLOCK_N, BLOCK_D)
         else:
             k = _key_block(K_head, cols, len_k, dims, headdim, stride_ks, 1, MASKED, PAD_D)
             v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, stride_vd, MASKED, PAD_D)
@@ -425,9 +431,10 @@ def attention_forward_kernel(
         INTERPRETER_ROUNDING: tl.constexpr, DESCRIPTORS: tl.constexpr):
     """Out and Lse of one query block. IS_FP8: q, k, v are e4m3 with the descales of Descales
     (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16). DESCRIPTORS: where
-    the blocks come from (POINTER_BLOCKS, DEVICE_KV_DESCRIPTORS, HOST_DESCRIPTORS; 16-bit calls only
-    take descriptors, attention._forward_descriptors): with HOST_DESCRIPTORS, Q, K, V and Out are
-    tensor descriptors, not pointers, and their strides are unread.
+    the blocks come from (POINTER_BLOCKS, DEVICE_KV_DESCRIPTORS, HOST_DESCRIPTORS; fp32 calls take
+    pointers, fp8 calls pointers or host-made descriptors, attention._forward_descriptors): with
+    HOST_DESCRIPTORS, Q, K, V (fp8: its keys-contiguous copy) and Out are tensor descriptors, not
+    pointers, and their strides are unread.
 
     The key walk runs in up to three loops (_full_key_blocks): masked blocks before and after the
     ones every query sees whole, which skip the mask. The host compiles the masked loops only where
@@ -476,10 +483,11 @@ def attention_forward_kernel(
                                         len_k, stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope,
                                         left, right, Rng, batch, heads, head, kv_head * headdim, keep_threshold,
                                         BLOCK_N, BLOCK_D, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION,
-                                        INTERPRETER_ROUNDING, part != 1, PAD_D, P_SCALE_LOG2, DESCRIPTORS)
+                                        INTERPRETER_ROUNDING, part != 1, PAD_D, P_SCALE_LOG2, DESCRIPTORS, IS_FP8)
         out, lse = _normalized_rows(acc, m_i, l_i, out_scale, P_SCALE_LOG2)
         if DESCRIPTORS == HOST_DESCRIPTORS:  # the copy stops at the sequence's end
-            Out.store([batch, m0, head * headdim], out.to(Out.dtype).reshape(1, BLOCK_M, BLOCK_D))
+            Out.store([batch, m0, head * headdim],
+                      _output(out, Out.dtype, INTERPRETER_ROUNDING).reshape(1, BLOCK_M, BLOCK_D))
         else:
             out_offsets, out_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_ob,
                                                stride_os, stride_oh, PAD_D)
