@@ -114,8 +114,10 @@ def test_fp8_host_descriptors_match_the_pointer_loads(monkeypatch, name):
     (tuning.DESCRIPTORS_VARIABLE 2; its blocks of the copy are a head's dims by keys, transposed for
     P . V) gives the pointer loads' out and lse bit for bit: rows past the sequence and keys past
     the copy's (unpadded) length read as 0. Asked for device-made descriptors (1), which the kernel
-    has none of for V's copy, the call takes the pointer loads."""
+    has none of for V's copy, the call takes the pointer loads. One tile for all three (host-made
+    descriptors would otherwise take FP8_HOST_TILE, and another tile sums in another order)."""
     batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal = FP8_DESCRIPTOR_CASES[name]
+    monkeypatch.setenv(triton_backend.tuning.FP8_FORWARD_TILE_VARIABLE, "64,128,4,3")
     (q8, k8, v8), descales = _inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim)
     q8, k8, v8 = _on_device((q8, k8, v8))
     stacked = torch.stack(_on_device(descales))
@@ -135,6 +137,40 @@ def test_fp8_host_descriptors_match_the_pointer_loads(monkeypatch, name):
         assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
     assert_fp8_close(out.cpu(), lse.cpu(), *references(*(t.cpu() for t in (q8, k8, v8)), descales, headdim ** -0.5,
                                                        causal=causal))
+
+
+def test_fp8_descriptor_table():
+    """FP8_HOST_DESCRIPTOR_KEYS: host-made descriptors at hd 128 (pointers the fallback), pointers at
+    other padded head dims; on them the fp8 forward takes FP8_HOST_TILE, else its pointer tiles."""
+    attention = triton_backend.attention
+    host, pointers = triton_backend.kernels.HOST_DESCRIPTORS.value, triton_backend.kernels.POINTER_BLOCKS.value
+    for causal in (False, True):
+        assert attention._fp8_descriptors(128, causal, 4096) == (host, pointers)
+        assert attention._fp8_descriptors(64, causal, 4096) == (pointers, pointers)
+        assert attention._fp8_tile(causal, 4096, host_descriptors=True) == attention.FP8_HOST_TILE
+    assert attention._fp8_tile(False, 4096) == attention.FP8_FORWARD_TILE
+
+
+@pytest.mark.skipif(DEVICE != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability()[0] < 9,
+                    reason="the fp8 descriptor defaults are for NVIDIA GPUs with TMA")
+def test_fp8_descriptors_by_default(monkeypatch):
+    """Without the descriptors variable a dense fp8 call at hd 128 takes host-made descriptors, one at
+    hd 96 (a head dim narrower than its block) the pointer loads, and a varlen one at hd 128 too."""
+    monkeypatch.delenv(triton_backend.tuning.DESCRIPTORS_VARIABLE, raising=False)
+    chosen = []
+    real = triton_backend.attention._forward_descriptors
+    monkeypatch.setattr(triton_backend.attention, "_forward_descriptors",
+                        lambda *a, **kw: chosen.append(real(*a, **kw)) or chosen[-1])
+    ones = torch.ones(3, 1, 2, device=DEVICE)
+    for headdim in (128, 96):
+        q = torch.randn(1, 256, 2, headdim, device=DEVICE).to(FP8)
+        triton_backend.forward(q, q, q, headdim ** -0.5, window=(-1, 0), descales=ones)
+    packed = torch.randn(256, 2, 128, device=DEVICE).to(FP8)
+    cu = make_cu_seqlens([256], DEVICE)
+    triton_backend.forward(packed, packed, packed, 128 ** -0.5, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=256,
+                           max_seqlen_k=256, descales=ones)
+    kernels = triton_backend.kernels
+    assert chosen == [kernels.HOST_DESCRIPTORS.value, kernels.POINTER_BLOCKS.value, kernels.POINTER_BLOCKS.value]
 
 
 def test_fp8_keeps_a_long_tail():

@@ -7,13 +7,18 @@ most own time), to find what the Python side spends. The short cells of the spee
 (benchmarks/experiments/triton_tutorial_peer.py) time host gaps where the GPU work per call is
 shorter than this.
 
-    python benchmarks/experiments/triton_host_time.py
+    python benchmarks/experiments/triton_host_time.py [--fp8]
+
+--fp8 times the fp8 forward instead (e4m3, unit descales, hd 128, causal): per call at batch 1 x 128
+tokens and at batch 16 x 1k tokens (a cell of the fp8 speed comparison), the bf16 forward beside it,
+then cProfile of both fp8 sizes.
 """
 
 import cProfile
 import io
 import os
 import pstats
+import sys
 
 import torch
 
@@ -49,7 +54,7 @@ def tutorial_call(tutorial, q, k, v, backward):
     return call
 
 
-def profile(call, title, calls=200):
+def profile(call, title, calls=200, sort="tottime"):
     call()
     profiler = cProfile.Profile()
     profiler.enable()
@@ -58,12 +63,58 @@ def profile(call, title, calls=200):
     profiler.disable()
     torch.cuda.synchronize()
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(22)
-    print(f"\n### cProfile, {title}, {calls} calls (tottime: own time)\n")
+    pstats.Stats(profiler, stream=text).sort_stats(sort).print_stats(22)
+    print(f"\n### cProfile, {title}, {calls} calls, by {sort} (tottime: own time)\n")
     print("\n".join(line for line in text.getvalue().splitlines() if line.strip())[:6000])
 
 
+def fp8_layers(q8, k8, v8):
+    """The fp8 forward's host time layer by layer (batch 1 x 128 tokens, causal), with the pieces
+    the fp8 call adds: the descale stack and V's keys-contiguous copy."""
+    from flash_attn.triton import attention, fp8
+    ones = torch.ones(1, 16, device="cuda")
+    stacked = fp8.stacked_descales(ones, ones, ones, 1, 16, "cuda")
+    scale = 128 ** -0.5
+    layers = {
+        "flash_attn_func": lambda: flash_attn.flash_attn_func(q8, k8, v8, causal=True, q_descale=ones,
+                                                              k_descale=ones, v_descale=ones),
+        "triton fp8 op": lambda: torch.ops.flash_attn.triton_fwd_fp8(q8, k8, v8, ones, ones, ones, None, None, 128,
+                                                                     128, scale, -1, 0, 0.0, None),
+        "fp8.forward_fp8": lambda: fp8.forward_fp8(q8, k8, v8, ones, ones, ones, scale, (-1, 0)),
+        "attention.forward (stacked descales)": lambda: attention.forward(q8, k8, v8, scale, (-1, 0),
+                                                                          descales=stacked),
+        "fp8.stacked_descales alone": lambda: fp8.stacked_descales(ones, ones, ones, 1, 16, "cuda"),
+        "attention.keys_contiguous alone": lambda: attention.keys_contiguous(v8),
+    }
+    print("\n| fp8 forward, layer by layer | µs per call |\n|---|---|")
+    with torch.no_grad():
+        for name, call in layers.items():
+            print(f"| {name} | {per_call_us(call):.1f} |", flush=True)
+
+
+def fp8_main():
+    """--fp8: the fp8 forward's host time (see the docstring)."""
+    print(f"{torch.cuda.get_device_name()}: µs per call back to back, hd 128, 16 heads, causal")
+    print("| batch x tokens | bf16 | fp8 |\n|---|---|---|")
+    os.environ[SWITCH] = "TRUE"
+    fp8_calls = {}
+    for batch, seqlen in ((1, 128), (16, 1024)):
+        q, k, v = (torch.randn(batch, seqlen, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+        ones = torch.ones(batch, 16, device="cuda")
+        fp8_calls[batch, seqlen] = lambda q8=q8, k8=k8, v8=v8, ones=ones: flash_attn.flash_attn_func(
+            q8, k8, v8, causal=True, q_descale=ones, k_descale=ones, v_descale=ones)
+        bf16 = per_call_us(lambda q=q, k=k, v=v: flash_attn.flash_attn_func(q, k, v, causal=True))
+        print(f"| {batch} x {seqlen} | {bf16:.1f} | {per_call_us(fp8_calls[batch, seqlen]):.1f} |", flush=True)
+    fp8_layers(*(t.to(torch.float8_e4m3fn) for t in torch.randn(3, 1, 128, 16, 128, device="cuda")))
+    for (batch, seqlen), call in fp8_calls.items():
+        for sort in ("tottime", "cumulative"):
+            profile(call, f"ours Triton fp8 forward, hd 128, batch {batch} x {seqlen}", calls=100, sort=sort)
+
+
 def main():
+    if "--fp8" in sys.argv[1:]:
+        return fp8_main()
     module, why = load_tutorial(os.path.normpath(TUTORIAL_PATH))
     tutorial = Tutorial(module) if module is not None else None
     print(f"{torch.cuda.get_device_name()}: µs per call, batch 1, 128 tokens, 16 heads, causal")

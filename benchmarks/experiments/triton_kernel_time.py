@@ -9,7 +9,8 @@ After the table, the kernel column split by kernel (each kernel's GPU time per c
 --candidates runs ours under each of several settings in the same process, named as
 triton_tile_sweep.py names them ("default", "BLOCK_M,BLOCK_N,warps,stages[,maxnreg]", a suffix "@N"
 for the forward's block source), --rounds times the whole set that many times (rounds show the
-spread). --backward times the backward instead: torch.autograd.grad of a retained forward graph (the tutorial
+spread). --fp8 makes the candidates fp8 forward settings ("@0" pointers, "@2" host-made descriptors) after
+ours in bf16, without the tutorial. --backward times the backward instead: torch.autograd.grad of a retained forward graph (the tutorial
 comparison's backward call), ours and, under a causal mask only (the only one its backward takes),
 the tutorial's.
 
@@ -42,10 +43,19 @@ def kernel_us(call, calls=20):
     return sum(shares.values()), shares
 
 
-def forward_calls(q, k, v, causal, tutorial, candidates=(DEFAULT,)):
+def forward_calls(q, k, v, causal, tutorial, candidates=(DEFAULT,), fp8=False):
     """{who: a forward call} of ours (bf16; per candidate setting, tiles() of triton_tile_sweep.py)
-    and the tutorial's (fp16, its layout) on q, k, v."""
+    and the tutorial's (fp16, its layout) on q, k, v. fp8: the candidates are fp8 settings of ours on
+    q, k, v in e4m3 with unit descales, after ours in bf16 with the host's choices."""
     calls = {}
+    if fp8:
+        calls["ours bf16"] = lambda: flash_attn_func(q, k, v, causal=causal)
+        q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+        ones = torch.ones(q.shape[0], k.shape[2], device=q.device)
+        for candidate in candidates:
+            calls[f"ours fp8 {candidate}"] = lambda candidate=candidate: _under(candidate, lambda: flash_attn_func(
+                q8, k8, v8, causal=causal, q_descale=ones, k_descale=ones, v_descale=ones), kind="fp8")
+        return calls
     for candidate in candidates:
         name = "ours bf16" + ("" if candidate == DEFAULT else f" {candidate}")
         calls[name] = lambda candidate=candidate: _under(candidate, lambda: flash_attn_func(q, k, v, causal=causal))
@@ -55,8 +65,8 @@ def forward_calls(q, k, v, causal, tutorial, candidates=(DEFAULT,)):
     return calls
 
 
-def _under(candidate, call):
-    with tiles("fwd", candidate):
+def _under(candidate, call, kind="fwd"):
+    with tiles(kind, candidate):
         return call()
 
 
@@ -80,8 +90,10 @@ def main():
     parser.add_argument("--backward", action="store_true", help="time the backward (autograd.grad) instead")
     parser.add_argument("--candidates", nargs="+", default=(DEFAULT,), help="forward settings of ours")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--fp8", action="store_true",
+                        help="the candidates are fp8 forward settings (e4m3, unit descales); no tutorial")
     args = parser.parse_args()
-    module, error = load_tutorial(os.path.normpath(TUTORIAL_PATH))
+    module, error = (None, "--fp8") if args.fp8 else load_tutorial(os.path.normpath(TUTORIAL_PATH))
     if module is None:
         print("tutorial not loaded:", error)
     else:
@@ -96,7 +108,7 @@ def main():
         batch = TOKENS // seqlen
         q, k, v = (torch.randn(batch, seqlen, HEADS, hd, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         calls = (backward_calls(q, k, v, causal, tutorial) if args.backward
-                 else forward_calls(q, k, v, causal, tutorial, args.candidates))
+                 else forward_calls(q, k, v, causal, tutorial, args.candidates, args.fp8))
         for who, call in calls.items():
             with torch.no_grad() if not args.backward else contextlib.nullcontext():
                 kernel, shares = kernel_us(call)

@@ -71,22 +71,37 @@ FP8_RIGHT_WINDOW_TILE = tuning.Tile(128, 128, 8, 3)
 FP8_SHORT_WALK_KEYS = 8192
 
 
-# The fp8 forward's block source on NVIDIA GPUs with TMA, by (padded head dim, right window): the keys
-# listed take host-made descriptors of q, k, out and V's keys-contiguous copy (kernels.HOST_DESCRIPTORS),
-# the others pointers.
-FP8_HOST_DESCRIPTOR_KEYS = frozenset()
+# The fp8 forward at hd 128 on NVIDIA GPUs with TMA: q, k, out and V's keys-contiguous copy through
+# host-made descriptors (kernels.HOST_DESCRIPTORS) for key lengths in [first, last] (None: unbounded)
+# by (padded head dim, right window), as NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS; elsewhere pointers. There
+# it takes FP8_HOST_TILE, 64 queries x 128 keys with 4 warps and 3 stages: of ten fp8 settings swept
+# (H200, triton 3.6, hd 128, 16 heads x 16k tokens, two rounds; benchmarks/NOTES.md v47) the only one
+# at 1.34-1.44x the bf16 forward in every cell from 4k to 16k keys, causal or not. The tiles above on
+# pointers read 1.26-1.37x, and 1.26-1.29x causal. Its acc (64 x 128 over 128 threads) takes one
+# rescale a score where 128 x 64 takes two. Without the descriptors it was not measured.
+FP8_HOST_DESCRIPTOR_KEYS = {(128, False): (0, None), (128, True): (0, None)}
+FP8_HOST_TILE = tuning.Tile(64, 128, 4, 3)
 
 
 def _fp8_descriptors(block_d, right_window, seqlen_k):
     """_nvidia_16bit_descriptors' pair for an fp8 forward: (the block source, its fallback: pointers)."""
     pointers = kernels.POINTER_BLOCKS.value
-    if (block_d, right_window) in FP8_HOST_DESCRIPTOR_KEYS:
+    if _in_key_range(FP8_HOST_DESCRIPTOR_KEYS, (block_d, right_window), seqlen_k):
         return kernels.HOST_DESCRIPTORS.value, pointers
     return pointers, pointers
 
 
-def _fp8_tile(right_window, seqlen_k):
-    """The fp8 forward's fixed tile: by whether a right window bounds the keys, and then by seqlen_k."""
+def _in_key_range(table, key, seqlen_k):
+    """Whether seqlen_k lies in the [first, last] range `table` holds for `key` (none there: no)."""
+    keys = table.get(key)
+    return keys is not None and seqlen_k >= keys[0] and (keys[1] is None or seqlen_k <= keys[1])
+
+
+def _fp8_tile(right_window, seqlen_k, host_descriptors=False):
+    """The fp8 forward's fixed tile up to hd 128: FP8_HOST_TILE on host-made descriptors, else by
+    whether a right window bounds the keys, and then by seqlen_k."""
+    if host_descriptors:
+        return FP8_HOST_TILE
     if not right_window:
         return FP8_FORWARD_TILE
     return FP8_SHORT_RIGHT_WINDOW_TILE if seqlen_k <= FP8_SHORT_WALK_KEYS else FP8_RIGHT_WINDOW_TILE
@@ -197,8 +212,7 @@ def _nvidia_16bit_descriptors(block_d, right_window, seqlen_k):
     back to where host-made descriptors cannot carry the call (_host_describable)."""
     key = (max(64, block_d), right_window)
     fallback = NVIDIA_16BIT_DESCRIPTORS.get(key, kernels.POINTER_BLOCKS.value)
-    keys = NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS.get(key)
-    if keys is not None and seqlen_k >= keys[0] and (keys[1] is None or seqlen_k <= keys[1]):
+    if _in_key_range(NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS, key, seqlen_k):
         return kernels.HOST_DESCRIPTORS.value, fallback
     return fallback, fallback
 
@@ -227,7 +241,7 @@ def _forward_launch(block_d, dtype, device, right_window=False, seqlen_k=0, host
     tile = tuning.tile_from_environment(tuning.FP8_FORWARD_TILE_VARIABLE if fp8 else tuning.FORWARD_TILE_VARIABLE,
                                         None)
     if tile is None and fp8 and torch.version.hip is None:
-        tile = _fp8_tile(right_window, seqlen_k) if block_d <= 128 else FP8_WIDE_HEAD_TILE
+        tile = _fp8_tile(right_window, seqlen_k, host_descriptors) if block_d <= 128 else FP8_WIDE_HEAD_TILE
     if tile is None and _nvidia_16bit(dtype, device):
         tile = _nvidia_16bit_tile(block_d, right_window, seqlen_k, host_descriptors)
     return _launch_options(tile, block_d)
@@ -322,9 +336,12 @@ def _tma_addressable(t):
     return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(b > 0 and b % 16 == 0 for b in row_bytes))
 
 
-def _rng_state_or_zeros(rng_state, device):
-    """The call's [seed, offset], or zeros where it has none (read only with dropout)."""
-    return rng_state if rng_state is not None else torch.zeros(2, dtype=torch.int64, device=device)
+def _rng_state_arg(rng_state, dropout, unread):
+    """The kernels' Rng: the call's [seed, offset]; zeros for a dropout call without one; else the
+    tensor `unread` (the kernels read Rng only with dropout), so that a call allocates nothing for it."""
+    if rng_state is not None:
+        return rng_state
+    return torch.zeros(2, dtype=torch.int64, device=unread.device) if dropout else unread
 
 
 def _dot_precision(dtype):
@@ -452,14 +469,15 @@ KEYS_CONTIGUOUS_BLOCK_K = 64
 KEYS_ROW_ALIGNMENT = 16  # elements of e4m3: the 16 bytes TMA wants between rows
 
 
-def keys_contiguous(v):
+def keys_contiguous(v, bound=None):
     """v with the same shape and values, stored so that each (head, dim) column of keys is contiguous
     (the key dim's stride 1): the B operand of P.V in the layout Hopper's fp8 MMA reads (it takes
     8-bit operands K-major only, and P.V reduces over the keys), as Triton's fp8 attention tutorial
     prepares V. One copy of V per call, by fp8_kernels.keys_contiguous_kernel: torch's copy of the
     permuted bytes took ~185 us at 16k tokens x 16 heads x hd 128 on an H200, a fifth of the 4k-key
     forward (benchmarks/NOTES.md v29). Measured without the transpose (H100, hd 128, 16k tokens): the
-    fp8 forward at 0.41-0.62x of the bf16 one (benchmarks/experiments/triton_fp8_speed.py)."""
+    fp8 forward at 0.41-0.62x of the bf16 one (benchmarks/experiments/triton_fp8_speed.py). bound: the
+    calling plan's direct_launch.BoundLaunch of the copy (one plan, one shape of v), or None."""
     dense = v.dim() == 4  # dense (batch, seqlen, heads, headdim), else varlen (total, heads, headdim)
     v4 = v if dense else v.unsqueeze(0)
     batch, seqlen, heads, headdim = v4.shape
@@ -469,10 +487,10 @@ def keys_contiguous(v):
     out = torch.empty((batch, heads, headdim, padded), dtype=v.dtype, device=v.device)[..., :seqlen]
     if out.numel():
         grid = (triton.cdiv(seqlen, KEYS_CONTIGUOUS_BLOCK_K), heads, batch)
-        fp8_kernels.keys_contiguous_kernel[grid](v4, out, seqlen, v4.stride(0), v4.stride(1), v4.stride(2),
-                                                 *out.stride()[:3], HEADDIM=headdim,
-                                                 BLOCK_D=triton.next_power_of_2(headdim),
-                                                 BLOCK_K=KEYS_CONTIGUOUS_BLOCK_K)
+        launch_kernel(fp8_kernels.keys_contiguous_kernel, grid,
+                      (v4, out, seqlen, v4.stride(0), v4.stride(1), v4.stride(2), *out.stride()[:3]),
+                      dict(HEADDIM=headdim, BLOCK_D=triton.next_power_of_2(headdim), BLOCK_K=KEYS_CONTIGUOUS_BLOCK_K),
+                      bound)
     out = out.permute(0, 3, 1, 2)
     return out if dense else out[0]
 
@@ -526,6 +544,7 @@ class _ForwardPlan:
         self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
                             DESCRIPTORS=descriptors, **pr.meta(fixed), fixed_blocks=fixed,
                             bound=_bound_launch(pr.varlen))
+        self.copy_launch = _bound_launch(pr.varlen) if fp8 else None  # of V's keys-contiguous copy
 
     def run(self, q, k, v, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state, descales):
         out = poison.unwritten(q.shape, dtype=self.out_dtype, device=q.device)
@@ -538,9 +557,9 @@ class _ForwardPlan:
             return out.zero_(), lse.fill_(float("inf"))
         slopes, slope_stride = _slope_args(alibi_slopes, lse)
         cu_q, cu_k = (cu_seqlens_q, cu_seqlens_k) if self.varlen else (q, q)  # unread when dense; any pointer
-        rng_state = _rng_state_or_zeros(rng_state, q.device)
+        rng_state = _rng_state_arg(rng_state, self.options["HAS_DROPOUT"], lse)
         if self.fp8:
-            v = keys_contiguous(v)
+            v = keys_contiguous(v, self.copy_launch)
             v_strides, descale_strides = (*_row_strides(v, self.varlen), v.stride(-1)), descales.stride()[:2]
         else:
             v_strides, descales, descale_strides = self.v_strides, slopes, (0, 0)  # descales: any pointer
@@ -681,7 +700,7 @@ class _BackwardPlan:
         dv_slices = new(self.slice_shape, device=k.device, dtype=k.dtype)
         if self.runs:
             cu_q, cu_k = (cu_seqlens_q, cu_seqlens_k) if self.varlen else (q, q)  # unread when dense
-            rng_state = _rng_state_or_zeros(rng_state, q.device)
+            rng_state = _rng_state_arg(rng_state, self.dkdv_options["HAS_DROPOUT"], lse)
             delta = torch.empty_like(lse)  # D = rowsum(dO * O), laid out like lse
             launch_kernel(kernels.attention_backward_delta_kernel, self.delta_grid,
                           (out, dout, delta, cu_q, *self.delta_args), self.delta_options, self.delta_launch)

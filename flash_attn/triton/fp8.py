@@ -13,9 +13,12 @@ from . import attention
 
 def stacked_descales(q_descale, k_descale, v_descale, batch, heads_k, device):
     """The (3, batch, heads_k) float32 contiguous stack the kernel reads, 1.0 for an absent descale
-    (FlashAttention 3's default)."""
-    ones = torch.ones((batch, heads_k), dtype=torch.float32, device=device)
-    return torch.stack([ones if d is None else d.float() for d in (q_descale, k_descale, v_descale)])
+    (FlashAttention 3's default; the ones are made only where one is absent)."""
+    descales = (q_descale, k_descale, v_descale)
+    if any(d is None for d in descales):
+        ones = torch.ones((batch, heads_k), dtype=torch.float32, device=device)
+        descales = tuple(ones if d is None else d for d in descales)
+    return torch.stack([d.float() for d in descales])
 
 
 def forward_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, window=(-1, -1), softcap=0.0,
