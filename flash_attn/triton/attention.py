@@ -258,12 +258,13 @@ def _backward_launches(block_d, dtype, device):
 
 def _forward_descriptors(q, k, v, pr, right_window):
     """Where the forward's blocks come from (kernels.POINTER_BLOCKS, DEVICE_KV_DESCRIPTORS,
-    HOST_DESCRIPTORS), for 16-bit calls only (not fp32, nor fp8, whose path lays V out for its own
-    loads): as tuning.DESCRIPTORS_VARIABLE says, else on NVIDIA GPUs with TMA as the tables
-    (_nvidia_16bit_descriptors) do. Where _host_describable fails (varlen calls among them), host-made
-    descriptors fall back to the tables' other source (device-made ones when the variable asked), and
-    device-made ones to pointers where TMA cannot address k and v from every head's and sequence's
-    first row."""
+    HOST_DESCRIPTORS) of a 16-bit or fp8 call (fp32 calls take pointers): as
+    tuning.DESCRIPTORS_VARIABLE says, else on NVIDIA GPUs with TMA as the tables
+    (_nvidia_16bit_descriptors, _fp8_descriptors) do. Where _host_describable fails (varlen calls among
+    them), host-made descriptors fall back to the tables' other source (device-made ones when the
+    variable asked; pointers for fp8, whose V the kernel reads from a keys-contiguous copy it makes no
+    descriptor of), and device-made ones to pointers where TMA cannot address k and v from every
+    head's and sequence's first row."""
     pointers, device_kv, host = (kernels.POINTER_BLOCKS.value, kernels.DEVICE_KV_DESCRIPTORS.value,
                                  kernels.HOST_DESCRIPTORS.value)
     fp8 = pr.dtype == FP8_DTYPE

@@ -42,11 +42,11 @@ FP8_FORWARD_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_FP8_FORWARD_TILE"
 # program) and dQ (BLOCK_M queries per program, BLOCK_N keys per step).
 DKDV_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DKDV_TILE"
 DQ_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DQ_TILE"
-# Where the 16-bit forward's blocks come from (kernels.POINTER_BLOCKS, DEVICE_KV_DESCRIPTORS,
-# HOST_DESCRIPTORS): "0" pointers, "1" K / V through descriptors made in the kernel, "2" Q / K / V / Out
-# through descriptors the host makes, each where the call allows it (attention._forward_descriptors
-# falls back from 2 to 1 to 0); unset, the host's table (attention.NVIDIA_16BIT_DESCRIPTORS) chooses.
-# Read per call, for A/B runs.
+# Where the 16-bit and fp8 forwards' blocks come from (kernels.POINTER_BLOCKS, DEVICE_KV_DESCRIPTORS,
+# HOST_DESCRIPTORS): "0" pointers, "1" K / V through descriptors made in the kernel (16-bit only; fp8
+# takes pointers), "2" Q / K / V / Out through descriptors the host makes, each where the call allows
+# it (attention._forward_descriptors falls back from 2 to 1 to 0, fp8 from 2 to 0); unset, the host's
+# tables (attention.NVIDIA_16BIT_DESCRIPTORS, FP8_HOST_DESCRIPTOR_KEYS) choose. Read per call, for A/B runs.
 DESCRIPTORS_VARIABLE = "FLASH_ATTENTION_TRITON_DESCRIPTORS"
 DESCRIPTORS_SETTINGS = ("0", "1", "2")
 
