@@ -27,6 +27,7 @@ triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not 
 from flash_attn.triton import attention as triton_attention, poison, tuning  # noqa: E402 - after the skip above
 from flash_attn.triton import direct_launch, kernels  # noqa: E402 - after the skip above
 from flash_attn.triton.kernels import _full_key_blocks, _full_query_blocks, _key_range, _query_range  # noqa: E402
+from triton_checks import assert_descriptors_match_pointers, recorded_descriptors  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
@@ -38,7 +39,7 @@ def _poisoned_outputs():
     """Every test here runs with the backend's outputs poisoned (flash_attn/triton/poison.py): an
     element its kernels leave unwritten is NaN and fails the comparison."""
     previous = poison.set_poison_outputs(True)
-    triton_attention.clear_plans()  # tests here replace deciding functions (_recorded_descriptors)
+    triton_attention.clear_plans()  # tests here replace deciding functions
     yield
     poison.set_poison_outputs(previous)
 
@@ -236,7 +237,7 @@ def test_descriptors_match_the_pointer_loads(monkeypatch, name):
     options = dict(window=_window(causal, window_size), softcap=softcap, alibi_slopes=_slopes(alibi, batch, nheads),
                    dropout_p=dropout_p, rng_state=torch.tensor([1234, 5], dtype=torch.int64, device=DEVICE))
     host = HOST if headdim in (16, 32, 64, 128, 256) else DEVICE_KV
-    _assert_descriptors_match_pointers(monkeypatch, q, k, v, headdim ** -0.5, [DEVICE_KV, host], **options)
+    assert_descriptors_match_pointers(monkeypatch, q, k, v, headdim ** -0.5, [DEVICE_KV, host], **options)
 
 
 def test_host_descriptors_of_packed_and_strided_tensors(monkeypatch):
@@ -246,11 +247,11 @@ def test_host_descriptors_of_packed_and_strided_tensors(monkeypatch):
     batch, seqlen, nheads, headdim, dtype = 2, 96, 2, 64, torch.float16
     qkv = torch.randn(batch, seqlen, 3, nheads, headdim, device=DEVICE, dtype=dtype)
     q, k, v = qkv.unbind(2)
-    _assert_descriptors_match_pointers(monkeypatch, q, k, v, 0.125, [HOST], asked=("2",), window=(-1, 0))
+    assert_descriptors_match_pointers(monkeypatch, q, k, v, 0.125, [HOST], asked=("2",), window=(-1, 0))
     wide = torch.randn(batch, seqlen + 16, nheads, headdim, device=DEVICE, dtype=dtype)
-    _assert_descriptors_match_pointers(monkeypatch, q, wide[:, 8:8 + seqlen], v, 0.125, [HOST], asked=("2",))
+    assert_descriptors_match_pointers(monkeypatch, q, wide[:, 8:8 + seqlen], v, 0.125, [HOST], asked=("2",))
     k_heads_apart = torch.randn(batch, nheads, seqlen, headdim, device=DEVICE, dtype=dtype).transpose(1, 2)
-    _assert_descriptors_match_pointers(monkeypatch, q, k_heads_apart, v, 0.125, [DEVICE_KV], asked=("2",))
+    assert_descriptors_match_pointers(monkeypatch, q, k_heads_apart, v, 0.125, [DEVICE_KV], asked=("2",))
 
 
 def test_host_descriptors_without_keys(monkeypatch):
@@ -258,7 +259,7 @@ def test_host_descriptors_without_keys(monkeypatch):
     device-made ones and returns out 0 and lse +inf, as the pointer loads do."""
     q = torch.randn(2, 16, 2, 64, device=DEVICE, dtype=torch.float16)
     k = torch.randn(2, 0, 2, 64, device=DEVICE, dtype=torch.float16)
-    _assert_descriptors_match_pointers(monkeypatch, q, k, k, 0.125, [DEVICE_KV], asked=("2",))
+    assert_descriptors_match_pointers(monkeypatch, q, k, k, 0.125, [DEVICE_KV], asked=("2",))
     out, lse = triton_backend.forward(q, k, k, 0.125)
     assert torch.equal(out, torch.zeros_like(out)) and torch.isinf(lse).all()
 
@@ -271,7 +272,7 @@ def test_kv_descriptors_need_addressable_tensors(monkeypatch):
     k, v = kv.unbind(2)
     k, v = k.unsqueeze(2), v.unsqueeze(2)
     assert not triton_attention._tma_addressable(k)
-    _assert_descriptors_match_pointers(monkeypatch, q, k, v, 24 ** -0.5, [POINTERS, POINTERS], asked=("1", "2"))
+    assert_descriptors_match_pointers(monkeypatch, q, k, v, 24 ** -0.5, [POINTERS, POINTERS], asked=("1", "2"))
 
 
 def test_kv_descriptors_in_varlen_calls(monkeypatch):
@@ -285,7 +286,7 @@ def test_kv_descriptors_in_varlen_calls(monkeypatch):
     q, k, v = new(sum(lengths_q) + 3, nheads), new(sum(lengths_k), nheads_k), new(sum(lengths_k), nheads_k)
     options = dict(window=(-1, 0), cu_seqlens_q=make_cu_seqlens(lengths_q, DEVICE),
                    cu_seqlens_k=make_cu_seqlens(lengths_k, DEVICE), max_seqlen_q=130, max_seqlen_k=100)
-    _assert_descriptors_match_pointers(monkeypatch, q, k, v, headdim ** -0.5, [DEVICE_KV, DEVICE_KV], **options)
+    assert_descriptors_match_pointers(monkeypatch, q, k, v, headdim ** -0.5, [DEVICE_KV, DEVICE_KV], **options)
 
 
 def test_descriptors_variable_is_checked(monkeypatch):
@@ -302,7 +303,7 @@ def test_descriptors_by_default(monkeypatch):
     """Without the variable, the host's tables (_nvidia_16bit_descriptors) choose by head dim, window
     and key length."""
     monkeypatch.delenv(tuning.DESCRIPTORS_VARIABLE, raising=False)
-    chosen = _recorded_descriptors(monkeypatch)
+    chosen = recorded_descriptors(monkeypatch)
     cases = ((128, False), (128, True), (64, True), (256, False))
     for headdim, causal in cases:
         q, k, v = (torch.randn(1, 128, 2, headdim, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
@@ -325,29 +326,6 @@ def test_descriptor_table_by_key_length():
             assert table(block_d, right_window, last + 1) == (other, other)
     assert table(64, False, 4096) == (POINTERS, POINTERS)
     assert table(32, True, 2048) == (HOST, POINTERS)  # padded to 64
-
-
-def _assert_descriptors_match_pointers(monkeypatch, q, k, v, scale, expected, asked=("1", "2"), **options):
-    """The forward with descriptors forced off, then with each setting of `asked`: the calls took
-    the block sources `expected`, and out and lse equal the pointer loads' bit for bit."""
-    chosen = _recorded_descriptors(monkeypatch)
-    results = []
-    for flag in ("0",) + tuple(asked)[:len(expected)]:
-        monkeypatch.setenv(tuning.DESCRIPTORS_VARIABLE, flag)
-        results.append(triton_backend.forward(q, k, v, scale, **options))
-    assert chosen == [POINTERS] + list(expected)
-    (out, lse), others = results[0], results[1:]
-    for out_described, lse_described in others:
-        assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
-
-
-def _recorded_descriptors(monkeypatch):
-    """A list to which each forward call appends the block source it took."""
-    chosen = []
-    real = triton_attention._forward_descriptors
-    monkeypatch.setattr(triton_attention, "_forward_descriptors",
-                        lambda *a, **kw: chosen.append(real(*a, **kw)) or chosen[-1])
-    return chosen
 
 
 def test_offsets_past_int32_are_refused():

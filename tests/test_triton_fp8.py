@@ -22,6 +22,7 @@ from fp8_checks import FP8, assert_fp8_close, assert_long_tail_kept, long_tail_i
 
 triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
 from flash_attn.triton.fp8_kernels import E4M3_P_SCALE_LOG2, _output, _pv_operand  # noqa: E402 - after the skip above
+from triton_checks import assert_descriptors_match_pointers, recorded_descriptors  # noqa: E402 - after the skip above
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(DEVICE == "cuda" and torch.cuda.get_device_capability() < (8, 9),
@@ -119,24 +120,12 @@ def test_fp8_host_descriptors_match_the_pointer_loads(monkeypatch, name):
     batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim, causal = FP8_DESCRIPTOR_CASES[name]
     monkeypatch.setenv(triton_backend.tuning.FP8_FORWARD_TILE_VARIABLE, "64,128,4,3")
     (q8, k8, v8), descales = _inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim)
-    q8, k8, v8 = _on_device((q8, k8, v8))
-    stacked = torch.stack(_on_device(descales))
-    chosen = []
-    real = triton_backend.attention._forward_descriptors
-    monkeypatch.setattr(triton_backend.attention, "_forward_descriptors",
-                        lambda *a, **kw: chosen.append(real(*a, **kw)) or chosen[-1])
-    results = []
-    for flag in ("0", "2", "1"):
-        monkeypatch.setenv(triton_backend.tuning.DESCRIPTORS_VARIABLE, flag)
-        results.append(triton_backend.forward(q8, k8, v8, headdim ** -0.5, window=(-1, 0) if causal else (-1, -1),
-                                              descales=stacked))
     kernels = triton_backend.kernels
-    assert chosen == [kernels.POINTER_BLOCKS.value, kernels.HOST_DESCRIPTORS.value, kernels.POINTER_BLOCKS.value]
-    (out, lse), others = results[0], results[1:]
-    for out_described, lse_described in others:
-        assert torch.equal(out, out_described) and torch.equal(lse, lse_described)
-    assert_fp8_close(out.cpu(), lse.cpu(), *references(*(t.cpu() for t in (q8, k8, v8)), descales, headdim ** -0.5,
-                                                       causal=causal))
+    out, lse = assert_descriptors_match_pointers(
+        monkeypatch, *_on_device((q8, k8, v8)), headdim ** -0.5,
+        [kernels.HOST_DESCRIPTORS.value, kernels.POINTER_BLOCKS.value], asked=("2", "1"),
+        window=(-1, 0) if causal else (-1, -1), descales=torch.stack(_on_device(descales)))
+    assert_fp8_close(out.cpu(), lse.cpu(), *references(q8, k8, v8, descales, headdim ** -0.5, causal=causal))
 
 
 def test_fp8_descriptor_table():
@@ -157,10 +146,7 @@ def test_fp8_descriptors_by_default(monkeypatch):
     """Without the descriptors variable a dense fp8 call at hd 128 takes host-made descriptors, one at
     hd 96 (a head dim narrower than its block) the pointer loads, and a varlen one at hd 128 too."""
     monkeypatch.delenv(triton_backend.tuning.DESCRIPTORS_VARIABLE, raising=False)
-    chosen = []
-    real = triton_backend.attention._forward_descriptors
-    monkeypatch.setattr(triton_backend.attention, "_forward_descriptors",
-                        lambda *a, **kw: chosen.append(real(*a, **kw)) or chosen[-1])
+    chosen = recorded_descriptors(monkeypatch)
     ones = torch.ones(3, 1, 2, device=DEVICE)
     for headdim in (128, 96):
         q = torch.randn(1, 256, 2, headdim, device=DEVICE).to(FP8)

@@ -78,23 +78,28 @@ FP8_SHORT_WALK_KEYS = 8192
 # (H200, triton 3.6, hd 128, 16 heads x 16k tokens, two rounds; benchmarks/NOTES.md v47) the only one
 # at 1.34-1.44x the bf16 forward in every cell from 4k to 16k keys, causal or not. The tiles above on
 # pointers read 1.26-1.37x, and 1.26-1.29x causal. Its acc (64 x 128 over 128 threads) takes one
-# rescale a score where 128 x 64 takes two. Without the descriptors it was not measured.
+# rescale a score where 128 x 64 takes two. Without the descriptors it was not measured. Below 4k
+# keys only 1k was measured, by kernel time (NOTES.md v47 item 3): 220 us against 227 for the old
+# pointer tile (128 x 64), but 172 against 166 (+3%) for the old causal one (64 x 64); the call is
+# host-bound there.
 FP8_HOST_DESCRIPTOR_KEYS = {(128, False): (0, None), (128, True): (0, None)}
 FP8_HOST_TILE = tuning.Tile(64, 128, 4, 3)
 
 
 def _fp8_descriptors(block_d, right_window, seqlen_k):
     """_nvidia_16bit_descriptors' pair for an fp8 forward: (the block source, its fallback: pointers)."""
-    pointers = kernels.POINTER_BLOCKS.value
-    if _in_key_range(FP8_HOST_DESCRIPTOR_KEYS, (block_d, right_window), seqlen_k):
-        return kernels.HOST_DESCRIPTORS.value, pointers
-    return pointers, pointers
+    return _tabled_descriptors(FP8_HOST_DESCRIPTOR_KEYS, (block_d, right_window), seqlen_k,
+                               kernels.POINTER_BLOCKS.value)
 
 
-def _in_key_range(table, key, seqlen_k):
-    """Whether seqlen_k lies in the [first, last] range `table` holds for `key` (none there: no)."""
-    keys = table.get(key)
-    return keys is not None and seqlen_k >= keys[0] and (keys[1] is None or seqlen_k <= keys[1])
+def _tabled_descriptors(host_keys, key, seqlen_k, fallback):
+    """(block source, fallback) of a forward by a host-descriptor table (NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS,
+    FP8_HOST_DESCRIPTOR_KEYS): host-made descriptors where seqlen_k lies in the [first, last] range the
+    table holds for `key`, else `fallback` for both."""
+    keys = host_keys.get(key)
+    if keys is not None and seqlen_k >= keys[0] and (keys[1] is None or seqlen_k <= keys[1]):
+        return kernels.HOST_DESCRIPTORS.value, fallback
+    return fallback, fallback
 
 
 def _fp8_tile(right_window, seqlen_k, host_descriptors=False):
@@ -163,7 +168,8 @@ NVIDIA_16BIT_DESCRIPTORS = {
 # [first, last] (None: unbounded), by (padded head dim, right window). They save the kernel the
 # in-kernel descriptors' setup and Q's pointer tensor, but cost host time (four descriptors made and
 # encoded per launch, by us and by Triton's launcher; ~20-40 us a call, read from back-to-back
-# timings that swung 150-350 us between rounds, not isolated), so only where the kernel gains more. Kernel time on the H200 (triton 3.6, 16 heads x 16k tokens, torch.profiler; NOTES.md v46),
+# timings that swung 150-350 us between rounds, not isolated), so only where the kernel gains more.
+# Kernel time on the H200 (triton 3.6, 16 heads x 16k tokens, torch.profiler; NOTES.md v46),
 # host-made against the other table's choice: hd 64 causal 1k -9% (but the call is host-bound there:
 # back-to-back +22%), 4k -7%, 16k -5%, non-causal 0 to +3%; hd 128 causal 1k -9%, 2k -5%, 4k -2%,
 # 16k +3%, non-causal 1k -6% on the 4-warp tile below, 2k +1%, 4k +6%; hd 256 non-causal -4 to -5% at
@@ -211,10 +217,8 @@ def _nvidia_16bit_descriptors(block_d, right_window, seqlen_k):
     """The tables' block source of a 16-bit forward on an NVIDIA GPU with TMA, and the source it falls
     back to where host-made descriptors cannot carry the call (_host_describable)."""
     key = (max(64, block_d), right_window)
-    fallback = NVIDIA_16BIT_DESCRIPTORS.get(key, kernels.POINTER_BLOCKS.value)
-    if _in_key_range(NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS, key, seqlen_k):
-        return kernels.HOST_DESCRIPTORS.value, fallback
-    return fallback, fallback
+    return _tabled_descriptors(NVIDIA_16BIT_HOST_DESCRIPTOR_KEYS, key, seqlen_k,
+                               NVIDIA_16BIT_DESCRIPTORS.get(key, kernels.POINTER_BLOCKS.value))
 
 
 def _nvidia_16bit(dtype, device):

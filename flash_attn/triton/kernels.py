@@ -367,12 +367,14 @@ def _key_descriptor(base, len_k, headdim, stride_s, BLOCK_N: tl.constexpr, BLOCK
 
 
 @triton.jit
-def _row_block_view(desc, batch, first, column, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
-    """The (ROWS, BLOCK_D) block of rows [first, first + ROWS) of sequence `batch` from columns
-    [column, column + BLOCK_D) of a host-made descriptor over a (batch, seqlen, heads * headdim) view
-    of a dense q / k / v-like tensor (attention._host_descriptor): one TMA copy on Hopper, rows past
-    the sequence read as 0."""
-    return desc.load([batch, first, column]).reshape(ROWS, BLOCK_D)
+def _row_block_view(desc, batch, first, column, ROWS: tl.constexpr, COLUMNS: tl.constexpr):
+    """The (ROWS, COLUMNS) block of rows [first, first + ROWS) and columns [column, column + COLUMNS)
+    of batch entry `batch` of a host-made rank-3 descriptor: over a (batch, seqlen, heads * headdim)
+    view of a dense q / k / v-like tensor (attention._host_descriptor; rows are tokens, the columns
+    one head's dims), or over the (batch, heads * headdim, keys) view of fp8 V's keys-contiguous copy
+    (attention._keys_contiguous_descriptor; rows are dims, columns keys). One TMA copy on Hopper; rows
+    and columns past the view's ends read as 0."""
+    return desc.load([batch, first, column]).reshape(ROWS, COLUMNS)
 
 
 @triton.jit
