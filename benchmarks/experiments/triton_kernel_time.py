@@ -12,7 +12,7 @@ for the forward's block source), --rounds times the whole set that many times (r
 spread). --fp8 makes the candidates fp8 forward settings ("@0" pointers, "@2" host-made descriptors) after
 ours in bf16, without the tutorial. --backward times the backward instead: torch.autograd.grad of a retained forward graph (the tutorial
 comparison's backward call), ours and, under a causal mask only (the only one its backward takes),
-the tutorial's.
+the tutorial's. --without-tutorial times ours alone (for a second tree's run beside one with it).
 
     FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE python benchmarks/experiments/triton_kernel_time.py --seqlens 1024
 """
@@ -92,8 +92,12 @@ def main():
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--fp8", action="store_true",
                         help="the candidates are fp8 forward settings (e4m3, unit descales); no tutorial")
+    parser.add_argument("--without-tutorial", action="store_true",
+                        help="ours alone (a second tree's run beside one with the tutorial)")
     args = parser.parse_args()
-    module, error = (None, "--fp8") if args.fp8 else load_tutorial(os.path.normpath(TUTORIAL_PATH))
+    module, error = None, "--fp8" if args.fp8 else "--without-tutorial"
+    if not (args.fp8 or args.without_tutorial):
+        module, error = load_tutorial(os.path.normpath(TUTORIAL_PATH))
     if module is None:
         print("tutorial not loaded:", error)
     else:

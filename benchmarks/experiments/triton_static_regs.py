@@ -88,9 +88,11 @@ def compile_one(name, dtype_name, block_d, tile, feature, arch, cubin_dir=None):
                 attrs[(index,)] = [["tt.divisibility", 16]]
     source = ASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()}, attrs)
     compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
-                              options=dict(num_warps=tile.get("num_warps", 4), num_stages=tile.get("num_stages", 3)))
+                              options=dict(num_warps=tile.get("num_warps", 4), num_stages=tile.get("num_stages", 3),
+                                           **({"maxnreg": tile["maxnreg"]} if tile.get("maxnreg") else {})))
     if cubin_dir is not None:
-        tile_name = "_".join(str(tile.get(key, "")) for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
+        tile_name = "_".join(str(tile.get(key, "")) for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages",
+                                                                 "maxnreg"))
         with open(os.path.join(cubin_dir, f"{name}_{dtype_name}_{block_d}_{feature}_{tile_name}.cubin"), "wb") as f:
             f.write(compiled.asm["cubin"])
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
@@ -112,8 +114,12 @@ def host_tiles(name, dtype, block_d):
 
 
 def parse_tile(text):
-    block_m, block_n, warps, stages = (int(x) for x in text.split(","))
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages)
+    """BLOCK_M,BLOCK_N,warps,stages[,maxnreg] as launch options."""
+    values = [int(x) for x in text.split(",")]
+    tile = dict(BLOCK_M=values[0], BLOCK_N=values[1], num_warps=values[2], num_stages=values[3])
+    if len(values) == 5:
+        tile["maxnreg"] = values[4]
+    return tile
 
 
 def main():
@@ -123,7 +129,7 @@ def main():
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=("bf16",))
     parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=("forward", "dkdv", "dq"))
     parser.add_argument("--tiles", nargs="+", type=parse_tile,
-                        help="BLOCK_M,BLOCK_N,warps,stages (default: the host's)")
+                        help="BLOCK_M,BLOCK_N,warps,stages[,maxnreg] (default: the host's)")
     parser.add_argument("--features", nargs="+", default=("plain", "causal"))
     parser.add_argument("--cubins", help="a folder to keep each compiled kernel's cubin in")
     args = parser.parse_args()
@@ -139,7 +145,7 @@ def main():
                     block_d = triton.next_power_of_2(headdim)
                     for tile in args.tiles or [host_tiles(name, DTYPES[dtype_name], block_d)]:
                         text = (f"{tile['BLOCK_M']}x{tile['BLOCK_N']} w{tile.get('num_warps', 4)} "
-                                f"s{tile.get('num_stages', 3)}")
+                                f"s{tile.get('num_stages', 3)}" + (f" r{tile['maxnreg']}" if tile.get("maxnreg") else ""))
                         try:
                             regs, stack, smem = compile_one(name, dtype_name, block_d, tile, feature, args.arch,
                                                              args.cubins)

@@ -111,23 +111,42 @@ def _dropout_keep(i, j, Rng, batch, heads, head, threshold):
 
 
 @triton.jit
-def _visible(i, j, seqlen_q, seqlen_k, left, right):
+def _visible(i, j, seqlen_q, seqlen_k, left, right, LEFT_BOUNDED: tl.constexpr, BOUNDS_BY_KEY: tl.constexpr):
     """Bool tensor of the broadcast shape of the 2D query / key indices i and j (as _dropout_keep
     takes them): key j exists and lies in query i's window (bottom-right aligned). Queries past
     seqlen_q are not masked: no kernel stores their rows, and the backward's lse of +inf makes
-    their P 0. An unbounded side (-1) compares against a bound no key reaches, so the mask has no
-    branch."""
-    diagonal = i + (seqlen_k - seqlen_q)
+    their P 0. LEFT_BOUNDED False: the caller knows there is no left window (left < 0; the kernels'
+    CLIP_LEFT), so that bound is not compared; True compares it (any left, -1 included).
+
+    The window becomes bounds on the side a walk holds fixed, computed once a program, so that a
+    score costs one compare (two with a left window) and no predicate logic: the keys each query
+    sees (the last one clipped to the sequence's last key), or with BOUNDS_BY_KEY (the dK / dV walk,
+    whose keys are fixed) the queries that see each key (none for a key past the sequence). An
+    unbounded side (-1) becomes a bound no index reaches by arithmetic, not by a branch. The former
+    form, three compares a score with the left one under a runtime `if`, compiled to 848
+    instructions a step in the masked loop of the hd 128 8-warp forward tile against 479 now (360
+    unmasked), most of them LOP3 / SEL packing predicates (Triton 3.6, sm_90, offline;
+    benchmarks/NOTES.md v48)."""
     no_bound = 1 << 30
-    visible = (j < seqlen_k) & (j <= diagonal + tl.where(right >= 0, right, no_bound))
-    if left >= 0:
-        visible = visible & (j >= diagonal - left)
+    right_reach = tl.where(right >= 0, right, no_bound)
+    left_reach = tl.where(left >= 0, left, no_bound)
+    if BOUNDS_BY_KEY:
+        key_diagonal = j - (seqlen_k - seqlen_q)
+        visible = i >= tl.where(j < seqlen_k, key_diagonal - right_reach, no_bound)
+        if LEFT_BOUNDED:
+            visible = visible & (i <= key_diagonal + left_reach)
+    else:
+        diagonal = i + (seqlen_k - seqlen_q)
+        visible = j <= tl.minimum(diagonal + right_reach, seqlen_k - 1)
+        if LEFT_BOUNDED:
+            visible = visible & (j >= diagonal - left_reach)
     return visible
 
 
 @triton.jit
 def _final_scores(qk, i, j, seqlen_q, seqlen_k, scale, softcap, slope, left, right,
-                  HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MASKED: tl.constexpr):
+                  HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MASKED: tl.constexpr, LEFT_BOUNDED: tl.constexpr,
+                  BOUNDS_BY_KEY: tl.constexpr):
     """Final scores of the raw products qk (either orientation; i and j the 2D query and key indices
     as _visible takes them), -inf where masked, and t = tanh(qk * scale / softcap) (1 without
     softcap) for the backward's chain rule. MASKED False: the caller knows every key is visible to
@@ -141,19 +160,19 @@ def _final_scores(qk, i, j, seqlen_q, seqlen_k, scale, softcap, slope, left, rig
         distance = i + (seqlen_k - seqlen_q) - j
         s = s - slope * tl.where(distance < 0, -distance, distance).to(tl.float32)
     if MASKED:
-        s = tl.where(_visible(i, j, seqlen_q, seqlen_k, left, right), s, float("-inf"))
+        s = tl.where(_visible(i, j, seqlen_q, seqlen_k, left, right, LEFT_BOUNDED, BOUNDS_BY_KEY), s, float("-inf"))
     return s, t
 
 
 @triton.jit
 def _scores(q, k, rows, cols, seqlen_q, seqlen_k, scale, softcap, slope, left, right,
             HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PRECISION: tl.constexpr,
-            MASKED: tl.constexpr):
+            MASKED: tl.constexpr, LEFT_BOUNDED: tl.constexpr):
     """_final_scores (BLOCK_M, BLOCK_N) of q (BLOCK_M, D) against k (BLOCK_N, D), queries `rows`,
     keys `cols` (the kvcache kernel's form)."""
     qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     return _final_scores(qk, rows[:, None], cols[None, :], seqlen_q, seqlen_k, scale, softcap, slope, left, right,
-                         HAS_SOFTCAP, HAS_ALIBI, MASKED)
+                         HAS_SOFTCAP, HAS_ALIBI, MASKED, LEFT_BOUNDED, False)
 
 
 @triton.jit
@@ -297,15 +316,15 @@ def _online_softmax(s, m_i, l_i, P_SCALE_LOG2: tl.constexpr):
 
 @triton.jit
 def _online_softmax_of_products(qk, m_i, l_i, scale_log2, rows, cols, len_q, len_k, left, right,
-                                MASKED: tl.constexpr, P_SCALE_LOG2: tl.constexpr):
+                                MASKED: tl.constexpr, LEFT_BOUNDED: tl.constexpr, P_SCALE_LOG2: tl.constexpr):
     """_online_softmax of plain scaled scores (no softcap, no ALiBi) from the raw products qk, with
     scale_log2 = scale * log2(e) > 0 folded in: an unmasked block takes the row maximum of qk
     before scaling, then p = exp2(qk * scale_log2 - max) is one FMA per score (FlashAttention's own
     order, csrc/flash/softmax.cuh; it needs the scale positive, which validation and the fp8
     descales' meaning give). A masked block scales first, so that a zero scale cannot meet -inf."""
     if MASKED:
-        s = tl.where(_visible(rows[:, None], cols[None, :], len_q, len_k, left, right), qk * scale_log2,
-                     float("-inf"))
+        s = tl.where(_visible(rows[:, None], cols[None, :], len_q, len_k, left, right, LEFT_BOUNDED, False),
+                     qk * scale_log2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that see no key yet
         p = tl.exp2(s - (m_base - P_SCALE_LOG2)[:, None])
@@ -382,8 +401,8 @@ def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, 
             stride_vd, score_scale, scale_log2, softcap, slope, left, right, Rng, batch, heads, head, kv_column,
             keep_threshold, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
             HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-            INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr, PAD_D: tl.constexpr, P_SCALE_LOG2: tl.constexpr,
-            DESCRIPTORS: tl.constexpr, V_KEYS_CONTIGUOUS: tl.constexpr):
+            INTERPRETER_ROUNDING: tl.constexpr, MASKED: tl.constexpr, LEFT_BOUNDED: tl.constexpr, PAD_D: tl.constexpr,
+            P_SCALE_LOG2: tl.constexpr, DESCRIPTORS: tl.constexpr, V_KEYS_CONTIGUOUS: tl.constexpr):
     """The forward's walk over the key blocks [start, stop) (multiples of BLOCK_N): returns acc, m_i,
     l_i updated. MASKED False: every key of every block is visible (_full_key_blocks). P_SCALE_LOG2:
     _online_softmax's scale of p. DESCRIPTORS: K_head and V_head are the head's own tensor
@@ -409,11 +428,11 @@ def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, 
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if HAS_SOFTCAP or HAS_ALIBI:
             s, _ = _final_scores(qk, rows[:, None], cols[None, :], len_q, len_k, score_scale, softcap, slope, left,
-                                 right, HAS_SOFTCAP, HAS_ALIBI, MASKED)
+                                 right, HAS_SOFTCAP, HAS_ALIBI, MASKED, LEFT_BOUNDED, False)
             p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, P_SCALE_LOG2)
         else:
             p, alpha, m_i, l_i = _online_softmax_of_products(qk, m_i, l_i, scale_log2, rows, cols, len_q, len_k, left,
-                                                             right, MASKED, P_SCALE_LOG2)
+                                                             right, MASKED, LEFT_BOUNDED, P_SCALE_LOG2)
         if HAS_DROPOUT:  # the softmax normalizes before dropout
             p = tl.where(_dropout_keep(rows[:, None], cols[None, :], Rng, batch, heads, head, keep_threshold), p, 0.0)
         acc = tl.dot(_pv_operand(p, v.dtype, INTERPRETER_ROUNDING), v, acc * alpha[:, None],
@@ -485,7 +504,8 @@ def attention_forward_kernel(
                                         len_k, stride_ks, stride_vs, stride_vd, score_scale, scale_log2, softcap, slope,
                                         left, right, Rng, batch, heads, head, kv_head * headdim, keep_threshold,
                                         BLOCK_N, BLOCK_D, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, DOT_PRECISION,
-                                        INTERPRETER_ROUNDING, part != 1, PAD_D, P_SCALE_LOG2, DESCRIPTORS, IS_FP8)
+                                        INTERPRETER_ROUNDING, part != 1, CLIP_LEFT, PAD_D, P_SCALE_LOG2, DESCRIPTORS,
+                                        IS_FP8)
         out, lse = _normalized_rows(acc, m_i, l_i, out_scale, P_SCALE_LOG2)
         if DESCRIPTORS == HOST_DESCRIPTORS:  # the copy stops at the sequence's end
             Out.store([batch, m0, head * headdim],
@@ -521,20 +541,21 @@ def attention_backward_delta_kernel(
 
 @triton.jit
 def _probabilities(qk, i, j, lse_log2, len_q, len_k, scale, scale_log2, softcap, slope, left, right,
-                   HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MASKED: tl.constexpr):
+                   HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MASKED: tl.constexpr,
+                   LEFT_BOUNDED: tl.constexpr, BOUNDS_BY_KEY: tl.constexpr):
     """P recomputed from the raw products qk (either orientation: i, j the 2D query / key indices,
     lse_log2 the rows' lse * log2(e) broadcast like i) and t = tanh(qk * scale / softcap) (1
     without softcap): dS = P (dP - D) (1 - t^2) times the scale, which the kernels apply once to
     the finished dQ / dK. Plain scores take one FMA per element: exp2(qk * scale_log2 - lse_log2)."""
     if HAS_SOFTCAP or HAS_ALIBI:
         s, t = _final_scores(qk, i, j, len_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI,
-                             MASKED)
+                             MASKED, LEFT_BOUNDED, BOUNDS_BY_KEY)
         p = tl.exp2(s * LOG2E - lse_log2)
     else:
         t = tl.full(qk.shape, 1.0, tl.float32)
         if MASKED:
-            p = tl.exp2(tl.where(_visible(i, j, len_q, len_k, left, right), qk * scale_log2 - lse_log2,
-                                 float("-inf")))
+            p = tl.exp2(tl.where(_visible(i, j, len_q, len_k, left, right, LEFT_BOUNDED, BOUNDS_BY_KEY),
+                                 qk * scale_log2 - lse_log2, float("-inf")))
         else:
             p = tl.exp2(qk * scale_log2 - lse_log2)
     return p, t
@@ -545,7 +566,7 @@ def _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, start, stop, cols, dims, headd
                len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh, scale,
                scale_log2, softcap, slope, left, right, Rng, keep_threshold, keep_scale, BLOCK_M: tl.constexpr,
                HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-               DOT_PRECISION: tl.constexpr, MASKED: tl.constexpr, PAD_D: tl.constexpr):
+               DOT_PRECISION: tl.constexpr, MASKED: tl.constexpr, LEFT_BOUNDED: tl.constexpr, PAD_D: tl.constexpr):
     """dK (unscaled) and dV of the key block `cols` over the query blocks [start, stop), in the
     transposed orientation: S^T = K Q^T (keys down the rows), so that P^T and dS^T are the A
     operands of dV += P^T dO and dK += dS^T Q as they come out of the MMA, with no transpose through
@@ -559,7 +580,8 @@ def _dkdv_walk(dk, dv, k, v, Q, DOut, Lse, Delta, start, stop, cols, dims, headd
         lse_log2, delta = _row_statistics(Lse, Delta, batch, head, q_first, rows, len_q, stride_lb, stride_lh)
         qk_t = tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION)
         p_t, t_t = _probabilities(qk_t, rows[None, :], cols[:, None], lse_log2[None, :], len_q, len_k, scale,
-                                  scale_log2, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI, MASKED)
+                                  scale_log2, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI, MASKED, LEFT_BOUNDED,
+                                  True)
         dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
         p_out = p_t  # P as the output saw it: dropped entries 0, kept ones scaled
         if HAS_DROPOUT:
@@ -611,7 +633,7 @@ def attention_backward_dkdv_kernel(
                                     heads, q_first, len_q, len_k, stride_qb, stride_qs, stride_qh, stride_ob, stride_os,
                                     stride_oh, stride_lb, stride_lh, scale, scale_log2, softcap, slope, left, right,
                                     Rng, keep_threshold, keep_scale, BLOCK_M, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-                                    DOT_PRECISION, part != 1, PAD_D)
+                                    DOT_PRECISION, part != 1, CLIP_LEFT, PAD_D)
         g_offsets, g_mask = _row_block(batch, k_first, cols, len_k, head, dims, headdim, stride_gb, stride_gs,
                                        stride_gh, PAD_D)
         tl.store(DK + g_offsets, (dk * scale).to(DK.dtype.element_ty), mask=g_mask)
@@ -622,7 +644,8 @@ def attention_backward_dkdv_kernel(
 def _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, start, stop, rows, dims, headdim, batch, head, heads, len_q,
              len_k, stride_ks, stride_vs, scale, scale_log2, softcap, slope, left, right, Rng, keep_threshold,
              keep_scale, BLOCK_N: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-             HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr, MASKED: tl.constexpr, PAD_D: tl.constexpr):
+             HAS_DROPOUT: tl.constexpr, DOT_PRECISION: tl.constexpr, MASKED: tl.constexpr, LEFT_BOUNDED: tl.constexpr,
+             PAD_D: tl.constexpr):
     """dQ (unscaled) of the query block `rows` over the key blocks [start, stop); MASKED False: every
     key of the blocks is visible to every query (_full_key_blocks)."""
     for n0 in range(start, stop, BLOCK_N):
@@ -631,7 +654,7 @@ def _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, start, stop, rows, dims
         v = _key_block(V_head, cols, len_k, dims, headdim, stride_vs, 1, MASKED, PAD_D)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         p, t = _probabilities(qk, rows[:, None], cols[None, :], lse_log2[:, None], len_q, len_k, scale, scale_log2,
-                              softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI, MASKED)
+                              softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI, MASKED, LEFT_BOUNDED, False)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
         if HAS_DROPOUT:
             dp = tl.where(_dropout_keep(rows[:, None], cols[None, :], Rng, batch, heads, head, keep_threshold),
@@ -682,7 +705,7 @@ def attention_backward_dq_kernel(
                 dq = _dq_walk(dq, q, do, lse_log2, delta, K_head, V_head, start, stop, rows, dims, headdim, batch,
                               head, heads, len_q, len_k, stride_ks, stride_vs, scale, scale_log2, softcap, slope, left,
                               right, Rng, keep_threshold, keep_scale, BLOCK_N, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-                              DOT_PRECISION, part != 1, PAD_D)
+                              DOT_PRECISION, part != 1, CLIP_LEFT, PAD_D)
         g_offsets, g_mask = _row_block(batch, q_first, rows, len_q, head, dims, headdim, stride_gb, stride_gs,
                                        stride_gh, PAD_D)
         tl.store(DQ + g_offsets, (dq * scale).to(DQ.dtype.element_ty), mask=g_mask)

@@ -162,7 +162,7 @@ def kvcache_attention_kernel(
         v = tl.load(_cache_pointers(VCache, slab, row, kv_head, dims, stride_vp, stride_vr, stride_vh, WIDE_CACHE),
                     mask=kv_mask, other=0.0)
         s, _ = _scores(q, k, rows, cols, seqlen_q, len_k, scale, softcap, slope, left, right, HAS_SOFTCAP, HAS_ALIBI,
-                       DOT_PRECISION, MASKED=True)
+                       DOT_PRECISION, MASKED=True, LEFT_BOUNDED=True)
         p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, 0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     out, lse = _normalized_rows(acc, m_i, l_i, 1.0, 0)
