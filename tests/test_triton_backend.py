@@ -143,6 +143,34 @@ def test_triton_varlen(dtype, causal):
     assert not out[tail].any() and not dq[tail].any() and torch.isinf(lse[:, tail]).all()
 
 
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_schedule_groups_change_only_the_order(monkeypatch, varlen):
+    """The forward's schedule (attention.pairs_per_group, kernels._scheduled_query_block) orders the
+    programs, nothing else: groups of 4 of 6 (head, batch) pairs (the last group short) and a group
+    larger than all pairs give out and lse bit-equal to pair by pair, under a causal mask, whose
+    query blocks walk different key counts; every (query block, head, batch) runs once, since
+    unwritten rows would keep the poison. Query blocks of 16 rows, so that each pair has several."""
+    monkeypatch.setenv(tuning.FORWARD_TILE_VARIABLE, "16,16,4,3")
+    batch, nheads, headdim = 3, 2, 32
+    lengths = [50, 17, 33]
+    if varlen:
+        cu = make_cu_seqlens(lengths, DEVICE)
+        q, k, v = (torch.randn(sum(lengths), nheads, headdim, device=DEVICE) for _ in range(3))
+        options = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lengths), max_seqlen_k=max(lengths))
+    else:
+        q, k, v = (torch.randn(batch, 50, nheads, headdim, device=DEVICE) for _ in range(3))
+        options = {}
+    results = []
+    for pairs in (1, 4, 64):
+        triton_attention.clear_plans()
+        monkeypatch.setattr(triton_attention, "pairs_per_group", lambda *_, pairs=pairs: pairs)
+        results.append(triton_backend.forward(q, k, v, headdim ** -0.5, window=(-1, 0), **options))
+    (out, lse), others = results[0], results[1:]
+    assert torch.isfinite(out).all() and not torch.isnan(lse).any()
+    for out_grouped, lse_grouped in others:
+        assert torch.equal(out, out_grouped) and torch.equal(lse, lse_grouped)
+
+
 def test_triton_rejects_other_dtypes():
     q = torch.randn(1, 8, 1, 32, device=DEVICE)
     with pytest.raises(TypeError, match="q must be float32, float16 or bfloat16"):

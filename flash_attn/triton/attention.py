@@ -393,6 +393,12 @@ class _Problem:
         seqlen_q, heads, batch = self.seqlen_q, self.heads, self.batch
         return lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]), heads, batch)
 
+    def scheduled_query_grid(self):
+        """The forward's 1D grid over query blocks x heads x batch, ordered in the kernel by
+        kernels._scheduled_query_block (a function of the launch's meta-parameters, as query_grid)."""
+        seqlen_q, pairs = self.seqlen_q, self.heads * self.batch
+        return lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]) * pairs,)
+
     def key_grid(self):
         seqlen_k, heads, batch = self.seqlen_k, self.heads, self.batch
         return lambda meta: (triton.cdiv(seqlen_k, meta["BLOCK_N"]), heads, batch)
@@ -531,7 +537,8 @@ class _ForwardPlan:
         self.out_dtype = FP8_OUT_DTYPE if fp8 else q.dtype
         self.lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
         self.empty = q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0
-        self.grid = pr.query_grid()
+        self.grid = pr.scheduled_query_grid()
+        self.pairs_per_group = pairs_per_group(pr, q.element_size(), q.device)
         self.qk_strides = (*pr.strides(q), *pr.strides(k))
         self.v_strides = None if fp8 else (*pr.strides(v), v.stride(-1))  # fp8: of V's keys-contiguous copy
         self.out_strides = _new_row_strides(q.shape, pr.varlen)  # out: a new tensor of q's shape
@@ -578,8 +585,24 @@ class _ForwardPlan:
             self.device_described, _forward_kernel, q.device, self.grid, *blocks,
             lse, cu_q, cu_k, slopes, rng_state, descales, *self.qk_strides, *v_strides, *self.out_strides,
             *self.lse_strides, slope_stride, *descale_strides, *self.tail_before_scale, float(softmax_scale),
-            *self.tail_after_scale, **self.options)
+            *self.tail_after_scale, self.pairs_per_group, **self.options)
         return out, lse
+
+
+# The forward's schedule (kernels._scheduled_query_block): (head, batch) pairs run in groups whose K and
+# V, 2 * seqlen_k * headdim elements a pair, fit in SCHEDULE_GROUP_BYTES, a third of Hopper's 50 MB L2,
+# so that one group's K and V stay resident while the next group's first blocks start. Within a group
+# the longest causal walks start first, the last group's too, which leaves the launch a tail of short
+# walks. NVIDIA GPUs only, where it was measured (H200, Triton 3.6; benchmarks/NOTES.md v48); elsewhere
+# pairs run one by one.
+SCHEDULE_GROUP_BYTES = 16 << 20
+
+
+def pairs_per_group(pr, itemsize, device):
+    """The forward's (head, batch) pairs per schedule group (SCHEDULE_GROUP_BYTES)."""
+    if not nvidia_gpu(device):
+        return 1
+    return max(1, SCHEDULE_GROUP_BYTES // (2 * max(pr.seqlen_k, 1) * pr.headdim * itemsize))
 
 
 def _slope_args(alibi_slopes, unread):
