@@ -171,6 +171,24 @@ def test_schedule_groups_change_only_the_order(monkeypatch, varlen):
         assert torch.equal(out, out_grouped) and torch.equal(lse, lse_grouped)
 
 
+def test_schedule_group_sizes(monkeypatch):
+    """pairs_per_group: groups whose K and V fit in SCHEDULE_GROUP_BYTES for 16-bit inputs on NVIDIA
+    GPUs at the measured head dims (128); one pair a group elsewhere, and on other devices."""
+    def problem(seqlen_k, headdim, dtype=torch.bfloat16):
+        q = torch.empty(1, 8, 2, headdim, dtype=dtype)
+        k = torch.empty(1, seqlen_k, 2, headdim, dtype=dtype)
+        return triton_attention._Problem(q, k, None, None, None, None, (-1, 0), 0.0, None, 0.0)
+
+    cpu = torch.device("cpu")
+    assert triton_attention.pairs_per_group(problem(1024, 128), torch.bfloat16, cpu) == 1
+    monkeypatch.setattr(triton_attention, "_nvidia_16bit", lambda dtype, device: dtype != torch.float32)
+    assert triton_attention.pairs_per_group(problem(1024, 128), torch.bfloat16, cpu) == 32  # 16 MB / 512 KB
+    assert triton_attention.pairs_per_group(problem(4096, 128), torch.float16, cpu) == 8
+    assert triton_attention.pairs_per_group(problem(1 << 20, 128), torch.bfloat16, cpu) == 1
+    assert triton_attention.pairs_per_group(problem(1024, 64), torch.bfloat16, cpu) == 1
+    assert triton_attention.pairs_per_group(problem(1024, 128, torch.float32), torch.float32, cpu) == 1
+
+
 def test_triton_rejects_other_dtypes():
     q = torch.randn(1, 8, 1, 32, device=DEVICE)
     with pytest.raises(TypeError, match="q must be float32, float16 or bfloat16"):
