@@ -388,8 +388,9 @@ class _Problem:
         return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
 
     def query_grid(self):
-        """The grid over query blocks, a function of the launch's meta-parameters (the tile may be tuned);
-        it closes over numbers, not over the problem and its tensors (a cached _ForwardPlan keeps it)."""
+        """The dQ kernel's grid over query blocks, heads and batch, a function of the launch's
+        meta-parameters (the tile may be tuned); it closes over numbers, not over the problem and its
+        tensors (a cached plan keeps it)."""
         seqlen_q, heads, batch = self.seqlen_q, self.heads, self.batch
         return lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]), heads, batch)
 

@@ -469,8 +469,7 @@ def attention_forward_kernel(
         keep_scale, pairs_per_group, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
         DOT_PRECISION: tl.constexpr, PAD_D: tl.constexpr, CLIP_LEFT: tl.constexpr, CLIP_RIGHT: tl.constexpr,
-        IS_FP8: tl.constexpr,
-        INTERPRETER_ROUNDING: tl.constexpr, DESCRIPTORS: tl.constexpr):
+        IS_FP8: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr, DESCRIPTORS: tl.constexpr):
     """Out and Lse of one query block. IS_FP8: q, k, v are e4m3 with the descales of Descales
     (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16). DESCRIPTORS: where
     the blocks come from (POINTER_BLOCKS, DEVICE_KV_DESCRIPTORS, HOST_DESCRIPTORS; fp32 calls take
