@@ -11,6 +11,10 @@
 #     needed): ~11 s a case on an H100, mostly kernel compilation, so the test stage leaves those files to this stage
 #   STAGES="triton_suite" scripts/gpu_check.sh  # the GPU suite (attention, features, kvcache, compile) against
 #     the Triton backend (FLASH_ATTN_TEST_BACKEND=triton, tests/helpers.py), TRITON_SUITE_WORKERS pytest-xdist workers
+#   STAGES="triton_peer" scripts/gpu_check.sh  # issue #9's comparison with Triton's fused-attention tutorial
+#     (carry peers/triton_fused_attention_tutorial.py; no build needed): kernel time of the forward and the
+#     backward (benchmarks/experiments/triton_kernel_time.py, PEER_ROUNDS rounds, default 2), then the
+#     do_bench table (triton_tutorial_peer.py --no-fp8), at PEER_SEQLENS (default "1024 2048 4096")
 #   STAGES="sweep" SWEEP_ARGS="64 8192 0;128 2048 1" scripts/gpu_check.sh
 #   STAGES="build ab" AB_SCRIPT=benchmarks/experiments/scheduler_ab.py scripts/gpu_check.sh
 #     before/after: builds the baseline tree in ./old_tree (an ignored export of the whole commit
@@ -45,7 +49,8 @@ fi
 # its cost on the quick set is not yet measured).
 declare -A LIMIT=([build]=${BUILD_LIMIT:-300} [test]=${TEST_LIMIT:-300} [bench]=${BENCH_LIMIT:-360}
                   [sweep]=${SWEEP_LIMIT:-150} [sanitize]=${SANITIZE_LIMIT:-200} [ab]=${AB_LIMIT:-300}
-                  [triton]=${TRITON_LIMIT:-480} [triton_suite]=${TRITON_SUITE_LIMIT:-540})
+                  [triton]=${TRITON_LIMIT:-480} [triton_suite]=${TRITON_SUITE_LIMIT:-540}
+                  [triton_peer]=${TRITON_PEER_LIMIT:-540})
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }  # STAGES lists stage names separated by spaces
 stage() {  # stage NAME COMMAND...: runs, appends its output to $LOG, records wall time and status
   local name=$1; shift
@@ -102,6 +107,20 @@ if has_stage triton_suite; then  # the GPU suite's public-function tests against
     -n "${TRITON_SUITE_WORKERS:-14}" tests/test_gpu_attention.py tests/test_gpu_features.py tests/test_gpu_kvcache.py \
     tests/test_gpu_compile.py ${PYTEST_ARGS:-}
   tail -n 30 /tmp/.stage.log
+fi
+if has_stage triton_peer; then
+  triton_peer() {
+    local seqlens=${PEER_SEQLENS:-"1024 2048 4096"} tool=benchmarks/experiments
+    python3 $tool/triton_kernel_time.py --headdims 64 128 --seqlens $seqlens --rounds "${PEER_ROUNDS:-2}" \
+      > "$OUT/triton_peer_forward_kernel.md"
+    python3 $tool/triton_kernel_time.py --backward --headdims 64 128 --seqlens $seqlens \
+      --rounds "${PEER_ROUNDS:-2}" > "$OUT/triton_peer_backward_kernel.md"
+    python3 $tool/triton_tutorial_peer.py --no-fp8 --seqlens $seqlens > "$OUT/triton_peer_do_bench.md"
+    grep -h "^| \|not loaded" "$OUT"/triton_peer_*.md
+  }
+  export -f triton_peer
+  stage triton_peer env FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE PYTHONPATH="$PWD" bash -c triton_peer
+  cat /tmp/.stage.log
 fi
 if has_stage sanitize; then  # memcheck: no kernel reads or writes outside its tensors
   stage sanitize compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
