@@ -26,7 +26,8 @@ from helpers import Results, assert_matches_reference
 triton_backend = pytest.importorskip("flash_attn.triton", reason="triton is not installed")
 from flash_attn.triton import attention as triton_attention, poison, tuning  # noqa: E402 - after the skip above
 from flash_attn.triton import direct_launch, kernels  # noqa: E402 - after the skip above
-from flash_attn.triton.kernels import _full_key_blocks, _full_query_blocks, _key_range, _query_range  # noqa: E402
+from flash_attn.triton.kernels import (_full_key_blocks, _full_query_blocks, _key_range, _query_range,  # noqa: E402
+                                      _visible)
 from triton_checks import assert_descriptors_match_pointers, recorded_descriptors  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -703,6 +704,41 @@ def test_full_query_blocks_see_the_key_block(block_m, block_n):
         assert full_lo == full_hi or (n0 + block_n <= seqlen_k and visible[full_lo:full_hi].all())
         assert right >= 0 or seqlen_k % block_n != 0 or full_lo == lo
         assert left >= 0 or full_hi == end
+
+
+@triton.jit
+def _visible_kernel(Params, Visible, ROWS: tl.constexpr, COLS: tl.constexpr, LEFT_BOUNDED: tl.constexpr,
+                    BOUNDS_BY_KEY: tl.constexpr):
+    """Visible[case] = kernels._visible over queries [0, ROWS) x keys [0, COLS) for Params[case] =
+    (seqlen_q, seqlen_k, left, right), as int8."""
+    params = Params + 4 * tl.program_id(0)
+    seqlen_q, seqlen_k, left, right = tl.load(params), tl.load(params + 1), tl.load(params + 2), tl.load(params + 3)
+    i, j = tl.arange(0, ROWS)[:, None], tl.arange(0, COLS)[None, :]
+    visible = _visible(i, j, seqlen_q, seqlen_k, left, right, LEFT_BOUNDED, BOUNDS_BY_KEY)
+    tl.store(Visible + tl.program_id(0) * ROWS * COLS + i * COLS + j, visible.to(tl.int8))
+
+
+@pytest.mark.parametrize("bounds_by_key", [False, True], ids=["by_query", "by_key"])
+@pytest.mark.parametrize("left_bounded", [False, True], ids=["no_left_compare", "left_compare"])
+def test_visible_is_the_window_rule(bounds_by_key, left_bounded):
+    """kernels._visible for random lengths and windows (or -1), keys past seqlen_k included, against
+    the rule written out: key j exists (j < seqlen_k) and lies in query i's bottom-right aligned
+    window. Rows past seqlen_q are left out (the kernels do not mask them). Without the left compare
+    the cases have no left window, as the kernels' CLIP_LEFT guarantees."""
+    generator = torch.Generator().manual_seed(2 * bounds_by_key + left_bounded)
+    rows = cols = 128
+    cases = []
+    for _ in range(200):
+        seqlen_q, seqlen_k = (int(n) for n in torch.randint(1, 110, (2,), generator=generator))
+        left, right = (int(w) if w < 90 else -1 for w in torch.randint(0, 120, (2,), generator=generator))
+        cases.append((seqlen_q, seqlen_k, left if left_bounded else -1, right))
+    visible = torch.empty(len(cases), rows, cols, dtype=torch.int8, device=DEVICE)
+    _visible_kernel[(len(cases),)](torch.tensor(cases, dtype=torch.int32, device=DEVICE), visible, ROWS=rows,
+                                   COLS=cols, LEFT_BOUNDED=left_bounded, BOUNDS_BY_KEY=bounds_by_key)
+    for case, (seqlen_q, seqlen_k, left, right) in enumerate(cases):
+        expected = torch.zeros(seqlen_q, cols, dtype=torch.bool)
+        expected[:, :seqlen_k] = _visible_keys(0, seqlen_q, seqlen_q, seqlen_k, left, right)
+        assert torch.equal(visible[case, :seqlen_q].bool().cpu(), expected), (seqlen_q, seqlen_k, left, right)
 
 
 def test_triton_varlen_metadata_out_of_range():
