@@ -181,13 +181,13 @@ def test_schedule_group_sizes(monkeypatch):
         return triton_attention._Problem(q, k, None, None, None, None, (-1, 0), 0.0, None, 0.0)
 
     cpu = torch.device("cpu")
-    assert triton_attention.pairs_per_group(problem(1024, 128), torch.bfloat16, cpu) == 1
+    assert triton_attention.pairs_per_group(problem(1024, 128), cpu) == 1
     monkeypatch.setattr(triton_attention, "_nvidia_16bit", lambda dtype, device: dtype != torch.float32)
-    assert triton_attention.pairs_per_group(problem(1024, 128), torch.bfloat16, cpu) == 32  # 16 MB / 512 KB
-    assert triton_attention.pairs_per_group(problem(4096, 128), torch.float16, cpu) == 8
-    assert triton_attention.pairs_per_group(problem(1 << 20, 128), torch.bfloat16, cpu) == 1
-    assert triton_attention.pairs_per_group(problem(1024, 64), torch.bfloat16, cpu) == 1
-    assert triton_attention.pairs_per_group(problem(1024, 128, torch.float32), torch.float32, cpu) == 1
+    assert triton_attention.pairs_per_group(problem(1024, 128), cpu) == 32  # 16 MB / 512 KB
+    assert triton_attention.pairs_per_group(problem(4096, 128, torch.float16), cpu) == 8
+    assert triton_attention.pairs_per_group(problem(1 << 20, 128), cpu) == 1
+    assert triton_attention.pairs_per_group(problem(1024, 64), cpu) == 1
+    assert triton_attention.pairs_per_group(problem(1024, 128, torch.float32), cpu) == 1
 
 
 def test_triton_rejects_other_dtypes():

@@ -9,10 +9,11 @@ After the table, the kernel column split by kernel (each kernel's GPU time per c
 --candidates runs ours under each of several settings in the same process, named as
 triton_tile_sweep.py names them ("default", "BLOCK_M,BLOCK_N,warps,stages[,maxnreg]", a suffix "@N"
 for the forward's block source), --rounds times the whole set that many times (rounds show the
-spread). --fp8 makes the candidates fp8 forward settings ("@0" pointers, "@2" host-made descriptors) after
-ours in bf16, without the tutorial. --backward times the backward instead: torch.autograd.grad of a retained forward graph (the tutorial
-comparison's backward call), ours and, under a causal mask only (the only one its backward takes),
-the tutorial's. --without-tutorial times ours alone (for a second tree's run beside one with it).
+spread). --fp8 makes the candidates fp8 forward settings ("@0" pointers, "@2" host-made descriptors)
+after ours in bf16, without the tutorial. --backward times the backward instead: torch.autograd.grad
+of a retained forward graph (the tutorial comparison's backward call), ours and, under a causal mask
+only (the only one its backward takes), the tutorial's. --without-tutorial times ours alone (for a
+second tree's run beside one with it).
 
     FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE python benchmarks/experiments/triton_kernel_time.py --seqlens 1024
 """

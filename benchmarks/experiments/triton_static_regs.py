@@ -144,8 +144,9 @@ def main():
                 for feature in args.features:
                     block_d = triton.next_power_of_2(headdim)
                     for tile in args.tiles or [host_tiles(name, DTYPES[dtype_name], block_d)]:
+                        cap = f" r{tile['maxnreg']}" if tile.get("maxnreg") else ""
                         text = (f"{tile['BLOCK_M']}x{tile['BLOCK_N']} w{tile.get('num_warps', 4)} "
-                                f"s{tile.get('num_stages', 3)}" + (f" r{tile['maxnreg']}" if tile.get("maxnreg") else ""))
+                                f"s{tile.get('num_stages', 3)}{cap}")
                         try:
                             regs, stack, smem = compile_one(name, dtype_name, block_d, tile, feature, args.arch,
                                                              args.cubins)

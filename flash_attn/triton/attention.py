@@ -539,7 +539,7 @@ class _ForwardPlan:
         self.lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
         self.empty = q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0
         self.grid = pr.scheduled_query_grid()
-        self.pairs_per_group = pairs_per_group(pr, q.dtype, q.device)
+        self.pairs_per_group = pairs_per_group(pr, q.device)
         self.qk_strides = (*pr.strides(q), *pr.strides(k))
         self.v_strides = None if fp8 else (*pr.strides(v), v.stride(-1))  # fp8: of V's keys-contiguous copy
         self.out_strides = _new_row_strides(q.shape, pr.varlen)  # out: a new tensor of q's shape
@@ -592,9 +592,9 @@ class _ForwardPlan:
 
 # The forward's schedule (kernels._scheduled_query_block): (head, batch) pairs run in groups whose K and
 # V, 2 * seqlen_k * headdim elements a pair, fit in SCHEDULE_GROUP_BYTES, a third of Hopper's 50 MB L2,
-# so that one group's K and V stay resident while the next group's first blocks start. Within a group
-# the longest causal walks start first, the last group's too, which leaves the launch a tail of short
-# walks. Kernel time against pairs one by one (H200, Triton 3.6, bf16, 16 heads x 16k tokens, one
+# meant to keep a group's K and V resident while its blocks run (L2 hits were not measured). Within a
+# group the longest causal walks start first, the last group's too, which leaves the launch a tail of
+# short walks. Kernel time against pairs one by one (H200, Triton 3.6, bf16, 16 heads x 16k tokens, one
 # round; benchmarks/NOTES.md v48): hd 128 1k -3.1% / causal -5.8%, 4k -0.9% / causal -3.9%; hd 64 4k
 # causal -5.3% but 1k +2.1% / causal +5.7% and 4k +1.7%. So only where it was measured to gain: 16-bit
 # inputs on NVIDIA GPUs at the padded head dims of SCHEDULE_GROUP_HEADDIMS (fp8 and fp32 were not
@@ -603,11 +603,11 @@ SCHEDULE_GROUP_BYTES = 16 << 20
 SCHEDULE_GROUP_HEADDIMS = (128,)
 
 
-def pairs_per_group(pr, dtype, device):
-    """The forward's (head, batch) pairs per schedule group (SCHEDULE_GROUP_BYTES)."""
-    if not _nvidia_16bit(dtype, device) or pr.block_d not in SCHEDULE_GROUP_HEADDIMS:
+def pairs_per_group(pr, device):
+    """The forward's (head, batch) pairs per schedule group (SCHEDULE_GROUP_BYTES) of the problem pr."""
+    if not _nvidia_16bit(pr.dtype, device) or pr.block_d not in SCHEDULE_GROUP_HEADDIMS:
         return 1
-    return max(1, SCHEDULE_GROUP_BYTES // (2 * max(pr.seqlen_k, 1) * pr.headdim * dtype.itemsize))
+    return max(1, SCHEDULE_GROUP_BYTES // (2 * max(pr.seqlen_k, 1) * pr.headdim * pr.dtype.itemsize))
 
 
 def _slope_args(alibi_slopes, unread):

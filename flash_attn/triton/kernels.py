@@ -118,8 +118,9 @@ def _visible(i, j, seqlen_q, seqlen_k, left, right, LEFT_BOUNDED: tl.constexpr, 
     their P 0. LEFT_BOUNDED False: the caller knows there is no left window (left < 0; the kernels'
     CLIP_LEFT), so that bound is not compared; True compares it (any left, -1 included).
 
-    The window becomes bounds on the side a walk holds fixed, computed once a program, so that a
-    score costs one compare (two with a left window) and no predicate logic: the keys each query
+    The window becomes bounds on the side a walk holds fixed (loop-invariant, so Triton hoists them
+    out of the walk), so that a score costs one compare (two with a left window) and no predicate
+    logic: the keys each query
     sees (the last one clipped to the sequence's last key), or with BOUNDS_BY_KEY (the dK / dV walk,
     whose keys are fixed) the queries that see each key (none for a key past the sequence). An
     unbounded side (-1) becomes a bound no index reaches by arithmetic, not by a branch. The former
@@ -129,17 +130,16 @@ def _visible(i, j, seqlen_q, seqlen_k, left, right, LEFT_BOUNDED: tl.constexpr, 
     benchmarks/NOTES.md v48)."""
     no_bound = 1 << 30
     right_reach = tl.where(right >= 0, right, no_bound)
-    left_reach = tl.where(left >= 0, left, no_bound)
     if BOUNDS_BY_KEY:
         key_diagonal = j - (seqlen_k - seqlen_q)
         visible = i >= tl.where(j < seqlen_k, key_diagonal - right_reach, no_bound)
         if LEFT_BOUNDED:
-            visible = visible & (i <= key_diagonal + left_reach)
+            visible = visible & (i <= key_diagonal + tl.where(left >= 0, left, no_bound))
     else:
         diagonal = i + (seqlen_k - seqlen_q)
         visible = j <= tl.minimum(diagonal + right_reach, seqlen_k - 1)
         if LEFT_BOUNDED:
-            visible = visible & (j >= diagonal - left_reach)
+            visible = visible & (j >= diagonal - tl.where(left >= 0, left, no_bound))
     return visible
 
 
@@ -447,8 +447,8 @@ def _scheduled_query_block(seqlen_q, heads, pairs_per_group, BLOCK_M: tl.constex
     (attention.pairs_per_group): the (head, batch) pairs run in groups of pairs_per_group, and within
     a group every pair's last query block first, then every pair's last but one, and so on. Under a
     causal mask the last blocks walk the most keys, so a group's longest walks start first and its
-    shortest fill the tail, the last group's included; a group's pairs are few enough that their K and
-    V stay in L2 while its blocks run. pairs_per_group 1 is pair by pair, each pair's blocks last to
+    shortest fill the tail, the last group's included; the host sizes a group's K and V to a third of
+    the L2 (attention.SCHEDULE_GROUP_BYTES). pairs_per_group 1 is pair by pair, each pair's blocks last to
     first (the order of the former (query blocks, heads, batch) grid run last block first)."""
     query_blocks = tl.cdiv(seqlen_q, BLOCK_M)
     pairs = tl.num_programs(0) // query_blocks
