@@ -12,7 +12,7 @@ for the forward's block source), --rounds times the whole set that many times (r
 spread). --fp8 makes the candidates fp8 forward settings ("@0" pointers, "@2" host-made descriptors)
 after ours in bf16, without the tutorial. --backward times the backward instead: torch.autograd.grad
 of a retained forward graph (the tutorial comparison's backward call), ours and, under a causal mask
-only (the only one its backward takes), the tutorial's. --without-tutorial times ours alone (for a
+only (the only one its backward takes), the tutorial's. With --backward the candidates are "dK / dV tile/dQ tile" pairs. --without-tutorial times ours alone (for a
 second tree's run beside one with it).
 
     FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE python benchmarks/experiments/triton_kernel_time.py --seqlens 1024
@@ -71,11 +71,21 @@ def _under(candidate, call, kind="fwd"):
         return call()
 
 
-def backward_calls(q, k, v, causal, tutorial):
-    """{who: a backward call} (autograd.grad of a retained forward graph) of ours (bf16) and, causal
-    only, the tutorial's (fp16)."""
+CANDIDATE_DIFFERENCES = []  # backward candidates' largest gradient difference from the default tiles
+
+
+def backward_calls(q, k, v, causal, tutorial, candidates=(DEFAULT,)):
+    """{who: a backward call} (autograd.grad of a retained forward graph) of ours (bf16; per candidate
+    "dK / dV tile/dQ tile", tiles() of triton_tile_sweep.py) and, causal only, the tutorial's (fp16)."""
     dout = torch.randn_like(q)
-    calls = {"ours bf16": ours_backward(q, k, v, causal, dout)[1]}
+    calls, reference = {}, ours_backward(q, k, v, causal, dout)[2]
+    for candidate in candidates:
+        name = "ours bf16" + ("" if candidate == DEFAULT else f" {candidate}")
+        backward = ours_backward(q, k, v, causal, dout)[1]
+        calls[name] = lambda backward=backward, candidate=candidate: _under(candidate, backward, kind="bwd")
+        difference = max((a.float() - b.float()).abs().max().item()
+                         for a, b in zip(calls[name](), reference))
+        CANDIDATE_DIFFERENCES.append(f"{q.shape[-1]} / {q.shape[1]} / causal {causal} / {name}: {difference:.1e}")
     if tutorial is not None and causal:
         halves = [t.half() for t in (q, k, v, dout)]
         call = tutorial_backward(tutorial, *halves[:3], causal, q.shape[-1] ** -0.5, halves[3])[1]
@@ -89,7 +99,8 @@ def main():
     parser.add_argument("--headdims", nargs="+", type=int, default=(64, 128))
     parser.add_argument("--seqlens", nargs="+", type=int, default=(1024,))
     parser.add_argument("--backward", action="store_true", help="time the backward (autograd.grad) instead")
-    parser.add_argument("--candidates", nargs="+", default=(DEFAULT,), help="forward settings of ours")
+    parser.add_argument("--candidates", nargs="+", default=(DEFAULT,),
+                        help="settings of ours: forward tiles, or with --backward 'dK / dV tile/dQ tile' pairs")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--fp8", action="store_true",
                         help="the candidates are fp8 forward settings (e4m3, unit descales); no tutorial")
@@ -112,7 +123,7 @@ def main():
     for _, hd, seqlen, causal in itertools.product(range(args.rounds), args.headdims, args.seqlens, (False, True)):
         batch = TOKENS // seqlen
         q, k, v = (torch.randn(batch, seqlen, HEADS, hd, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        calls = (backward_calls(q, k, v, causal, tutorial) if args.backward
+        calls = (backward_calls(q, k, v, causal, tutorial, args.candidates) if args.backward
                  else forward_calls(q, k, v, causal, tutorial, args.candidates, args.fp8))
         for who, call in calls.items():
             with torch.no_grad() if not args.backward else contextlib.nullcontext():
@@ -123,6 +134,9 @@ def main():
                 f"{name[:48]} {us:.1f}" for name, us in sorted(shares.items(), key=lambda item: -item[1])))
     print("\nkernel column by kernel (µs per call):")
     print("\n".join(f"- {line}" for line in split))
+    if CANDIDATE_DIFFERENCES:
+        print("\nlargest gradient difference from the default tiles (rounding only if correct):")
+        print("\n".join(f"- {line}" for line in CANDIDATE_DIFFERENCES))
     if tutorial is not None and tutorial.errors:
         print("tutorial errors:", tutorial.errors)
 

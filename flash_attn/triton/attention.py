@@ -126,6 +126,12 @@ def _fp8_tile(right_window, seqlen_k, host_descriptors=False):
 # takes 64 x 128 for dK / dV with 128 x 64 for dQ (8 warps, 3 stages): against that pair, H200,
 # triton_tile_sweep.py, 1k / 4k / 16k keys, 1.06 / 1.13 / 1.09x non-causal, 1.01 / 1.14 / 1.11x
 # causal (NOTES.md "Triton backend (#9), session 30"). At hd 64 the same pair ran 0.85x at 4k causal.
+# Since session 44 hd 64 takes 32 x 64 with 4 warps and 4 stages for dK / dV: 168 registers causal
+# against 64 x 64's 248 (Triton 3.6 for sm_90, offline; no spills with any feature, where 64 x 64
+# spilled 40 B under dropout), three CTAs an SM instead of two. Whole-backward kernel time against
+# the 64 x 64 pair, H200, 16 heads x 16k tokens, 1k-4k, two rounds in one process: causal -5 to -9%,
+# non-causal -10% (NOTES.md v49 item 3). dQ keeps 64 x 64 with 4 warps: of six other dQ tiles only
+# 64 x 32 was ahead anywhere (-2% at 1k causal; +7% at 4k non-causal; v49 item 2).
 # Since session 24 the hd 128 forward takes 128 x 128 with 8 warps and 3 stages (96 KB of shared memory
 # on sm_90, 64 KB on sm_80 / sm_86 per Triton 3.6's offline compile): against 128 x 64, alternating in
 # one process on an H200, 1.05-1.09x non-causal and 1.01-1.07x causal at 4k / 16k (NOTES.md "Triton
@@ -145,7 +151,7 @@ NVIDIA_16BIT_FORWARD_TILES = {  # (padded head dim, right window): tile
     (256, True): tuning.Tile(128, 64, 8, 2),
 }
 NVIDIA_16BIT_BACKWARD_TILES = {  # padded head dim: (dK / dV tile, dQ tile)
-    64: (tuning.Tile(64, 64, 4, 3), tuning.Tile(64, 64, 4, 3)),
+    64: (tuning.Tile(32, 64, 4, 4), tuning.Tile(64, 64, 4, 3)),
     128: (tuning.Tile(64, 128, 8, 3), tuning.Tile(128, 64, 8, 3)),
     256: (tuning.Tile(64, 64, 8, 2), tuning.Tile(128, 32, 8, 2)),
 }
