@@ -61,7 +61,9 @@ def compile_one(name, dtype_name, block_d, tile, feature, arch, cubin_dir=None):
     source_of_blocks = {"descriptors": kernels.DEVICE_KV_DESCRIPTORS.value, "host": kernels.HOST_DESCRIPTORS.value,
                         "host_plain": kernels.HOST_DESCRIPTORS.value}.get(feature, kernels.POINTER_BLOCKS.value)
     if name == "forward":
-        constexprs.update(IS_FP8=dtype_name == "fp8", INTERPRETER_ROUNDING=False, DESCRIPTORS=source_of_blocks)
+        # GROUPED False: the grid of groups of one pair (attention.pairs_per_group's 1 off hd 128)
+        constexprs.update(IS_FP8=dtype_name == "fp8", INTERPRETER_ROUNDING=False, DESCRIPTORS=source_of_blocks,
+                          GROUPED=False)
     signature, attrs = {}, {}
     for index, arg in enumerate(fn.arg_names):
         if arg in constexprs:

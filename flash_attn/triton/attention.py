@@ -394,15 +394,18 @@ class _Problem:
         return (0, lse.stride(0)) if self.varlen else (lse.stride(0), lse.stride(1))
 
     def query_grid(self):
-        """The dQ kernel's grid over query blocks, heads and batch, a function of the launch's
-        meta-parameters (the tile may be tuned); it closes over numbers, not over the problem and its
-        tensors (a cached plan keeps it)."""
+        """The grid over query blocks, heads and batch of the dQ kernel and of the forward's groups of
+        one pair (scheduled_query_grid), a function of the launch's meta-parameters (the tile may be
+        tuned); it closes over numbers, not over the problem and its tensors (a cached plan keeps it)."""
         seqlen_q, heads, batch = self.seqlen_q, self.heads, self.batch
         return lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]), heads, batch)
 
-    def scheduled_query_grid(self):
-        """The forward's 1D grid over query blocks x heads x batch, ordered in the kernel by
-        kernels._scheduled_query_block (a function of the launch's meta-parameters, as query_grid)."""
+    def scheduled_query_grid(self, pairs_per_group):
+        """The forward's grid for groups of pairs_per_group (head, batch) pairs
+        (kernels._scheduled_query_block): past one pair a group, a 1D grid over query blocks x heads x
+        batch (a function of the launch's meta-parameters, as query_grid); else query_grid's."""
+        if pairs_per_group == 1:
+            return self.query_grid()
         seqlen_q, pairs = self.seqlen_q, self.heads * self.batch
         return lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]) * pairs,)
 
@@ -544,8 +547,8 @@ class _ForwardPlan:
         self.out_dtype = FP8_OUT_DTYPE if fp8 else q.dtype
         self.lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
         self.empty = q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0
-        self.grid = pr.scheduled_query_grid()
         self.pairs_per_group = pairs_per_group(pr, q.device)
+        self.grid = pr.scheduled_query_grid(self.pairs_per_group)
         self.qk_strides = (*pr.strides(q), *pr.strides(k))
         self.v_strides = None if fp8 else (*pr.strides(v), v.stride(-1))  # fp8: of V's keys-contiguous copy
         self.out_strides = _new_row_strides(q.shape, pr.varlen)  # out: a new tensor of q's shape
@@ -561,7 +564,8 @@ class _ForwardPlan:
         self.descriptor_rows = (fixed["BLOCK_M"], fixed["BLOCK_N"], fixed["BLOCK_N"], fixed["BLOCK_M"])
         self.block_d = pr.block_d
         self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
-                            DESCRIPTORS=descriptors, **pr.meta(fixed), fixed_blocks=fixed,
+                            DESCRIPTORS=descriptors, GROUPED=self.pairs_per_group > 1, **pr.meta(fixed),
+                            fixed_blocks=fixed,
                             bound=_bound_launch(pr.varlen))
         self.copy_launch = _bound_launch(pr.varlen) if fp8 else None  # of V's keys-contiguous copy
 

@@ -441,23 +441,29 @@ def _attend(acc, m_i, l_i, q, K_head, V_head, start, stop, rows, dims, headdim, 
 
 
 @triton.jit
-def _scheduled_query_block(seqlen_q, heads, pairs_per_group, BLOCK_M: tl.constexpr):
-    """(query block, head, batch entry) of this program of the forward's 1D grid over query blocks x
-    heads x batch (attention._Problem.scheduled_query_grid), in the host's schedule
-    (attention.pairs_per_group): the (head, batch) pairs run in groups of pairs_per_group, and within
+def _scheduled_query_block(seqlen_q, heads, pairs_per_group, BLOCK_M: tl.constexpr, GROUPED: tl.constexpr):
+    """(query block, head, batch entry) of this program in the host's schedule
+    (attention.pairs_per_group, attention._Problem.scheduled_query_grid). GROUPED (a 1D grid over
+    query blocks x heads x batch): the (head, batch) pairs run in groups of pairs_per_group, and within
     a group every pair's last query block first, then every pair's last but one, and so on. Under a
     causal mask the last blocks walk the most keys, so a group's longest walks start first and its
     shortest fill the tail, the last group's included; the host sizes a group's K and V to a third of
-    the L2 (attention.SCHEDULE_GROUP_BYTES). pairs_per_group 1 is pair by pair, each pair's blocks last to
-    first (the order of the former (query blocks, heads, batch) grid run last block first)."""
-    query_blocks = tl.cdiv(seqlen_q, BLOCK_M)
-    pairs = tl.num_programs(0) // query_blocks
-    group_programs = pairs_per_group * query_blocks
-    group = tl.program_id(0) // group_programs
-    rank = tl.program_id(0) - group * group_programs
-    pairs_here = tl.minimum(pairs_per_group, pairs - group * pairs_per_group)  # the last group's may be fewer
-    pair = group * pairs_per_group + rank % pairs_here
-    return query_blocks - 1 - rank // pairs_here, pair % heads, pair // heads
+    the L2 (attention.SCHEDULE_GROUP_BYTES). Not GROUPED (groups of one pair): the (query blocks, heads,
+    batch) grid, each pair's blocks last to first, the same order without the 1D grid's index
+    arithmetic, which had cost the hd 64 causal 64 x 64 tile 7 registers a thread (128 -> 135, Triton
+    3.6 for sm_90), its fourth CTA an SM and 8-10% of its 1k kernel time (benchmarks/NOTES.md v49)."""
+    if GROUPED:
+        query_blocks = tl.cdiv(seqlen_q, BLOCK_M)
+        pairs = tl.num_programs(0) // query_blocks
+        group_programs = pairs_per_group * query_blocks
+        group = tl.program_id(0) // group_programs
+        rank = tl.program_id(0) - group * group_programs
+        pairs_here = tl.minimum(pairs_per_group, pairs - group * pairs_per_group)  # the last group's may be fewer
+        pair = group * pairs_per_group + rank % pairs_here
+        m_block, head, batch = query_blocks - 1 - rank // pairs_here, pair % heads, pair // heads
+    else:
+        m_block, head, batch = tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    return m_block, head, batch
 
 
 @triton.jit
@@ -469,7 +475,8 @@ def attention_forward_kernel(
         keep_scale, pairs_per_group, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
         VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
         DOT_PRECISION: tl.constexpr, PAD_D: tl.constexpr, CLIP_LEFT: tl.constexpr, CLIP_RIGHT: tl.constexpr,
-        IS_FP8: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr, DESCRIPTORS: tl.constexpr):
+        IS_FP8: tl.constexpr, INTERPRETER_ROUNDING: tl.constexpr, DESCRIPTORS: tl.constexpr,
+        GROUPED: tl.constexpr):
     """Out and Lse of one query block. IS_FP8: q, k, v are e4m3 with the descales of Descales
     (fp8_kernels.py); Out may then be of another dtype (the host allocates bf16). DESCRIPTORS: where
     the blocks come from (POINTER_BLOCKS, DEVICE_KV_DESCRIPTORS, HOST_DESCRIPTORS; fp32 calls take
@@ -483,9 +490,9 @@ def attention_forward_kernel(
     or seqlen_k not a multiple of every BLOCK_N) the last. Each loop compiled costs registers even
     when it runs no block (Triton 3.9 for sm_90, hd 128, 128 x 64, 8 warps: 177 registers with the
     whole-block loop alone, 227 with one masked loop, 255 and 64 bytes of spills with both), so a
-    plain non-causal call runs one loop, a causal one two. The grid is 1D, its programs ordered by
-    _scheduled_query_block (pairs_per_group)."""
-    m_block, head, batch = _scheduled_query_block(seqlen_q, heads, pairs_per_group, BLOCK_M)
+    plain non-causal call runs one loop, a causal one two. The programs run in the order of
+    _scheduled_query_block (pairs_per_group, GROUPED)."""
+    m_block, head, batch = _scheduled_query_block(seqlen_q, heads, pairs_per_group, BLOCK_M, GROUPED)
     q_first, len_q, k_first, len_k = _sequences(CuQ, CuK, batch, seqlen_q, seqlen_k, total_q, total_k, VARLEN)
     m0 = m_block * BLOCK_M
     if m0 < len_q:
