@@ -172,9 +172,26 @@ def test_schedule_groups_change_only_the_order(monkeypatch, varlen):
         assert torch.equal(out, out_grouped) and torch.equal(lse, lse_grouped)
 
 
+def test_schedule_group_variable_keys_the_plan(monkeypatch):
+    """tuning.SCHEDULE_GROUP_VARIABLE is part of a cached plan's key: the same shapes plan again under
+    a new value (here 1 MiB: 81 pairs a group, so the 1D grouped grid),
+    and the output stays bit-equal, the schedule being an order only."""
+    monkeypatch.setenv(tuning.FORWARD_TILE_VARIABLE, "16,16,4,3")
+    q, k, v = (torch.randn(2, 50, 3, 32, device=DEVICE) for _ in range(3))
+    triton_attention.clear_plans()
+    outputs, groups = [], []
+    for setting in ("0", "1"):
+        monkeypatch.setenv(tuning.SCHEDULE_GROUP_VARIABLE, setting)
+        outputs.append(triton_backend.forward(q, k, v, 32 ** -0.5, window=(-1, 0)))
+        groups.append(sorted(plan.pairs_per_group for plan in triton_attention._forward_plans.plans.values()))
+    assert groups == [[1], [1, 81]]  # 1 MiB / (2 x 50 x 32 x 4 B): one group of the 6 pairs there are
+    assert all(torch.equal(a, b) for a, b in zip(*outputs))
+
+
 def test_schedule_group_sizes(monkeypatch):
     """pairs_per_group: groups whose K and V fit in SCHEDULE_GROUP_BYTES for 16-bit inputs on NVIDIA
-    GPUs at the measured head dims (128); one pair a group elsewhere, and on other devices."""
+    GPUs at the measured head dims (128); one pair a group elsewhere, and on other devices; the
+    experiment variable's size for every call where it is set, a clear error where it is no number."""
     def problem(seqlen_k, headdim, dtype=torch.bfloat16):
         q = torch.empty(1, 8, 2, headdim, dtype=dtype)
         k = torch.empty(1, seqlen_k, 2, headdim, dtype=dtype)
@@ -188,6 +205,14 @@ def test_schedule_group_sizes(monkeypatch):
     assert triton_attention.pairs_per_group(problem(1 << 20, 128), cpu) == 1
     assert triton_attention.pairs_per_group(problem(1024, 64), cpu) == 1
     assert triton_attention.pairs_per_group(problem(1024, 128, torch.float32), cpu) == 1
+    monkeypatch.setenv(tuning.SCHEDULE_GROUP_VARIABLE, "4")  # the experiment override: any head dim and dtype
+    assert triton_attention.pairs_per_group(problem(1024, 64), cpu) == 16  # 4 MB / 256 KB
+    assert triton_attention.pairs_per_group(problem(1024, 128, torch.float32), cpu) == 4
+    monkeypatch.setenv(tuning.SCHEDULE_GROUP_VARIABLE, "0")
+    assert triton_attention.pairs_per_group(problem(1024, 128), cpu) == 1
+    monkeypatch.setenv(tuning.SCHEDULE_GROUP_VARIABLE, "4.5")
+    with pytest.raises(ValueError, match=tuning.SCHEDULE_GROUP_VARIABLE):
+        triton_attention.pairs_per_group(problem(1024, 128), cpu)
 
 
 def test_triton_rejects_other_dtypes():

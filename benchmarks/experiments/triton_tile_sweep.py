@@ -2,7 +2,7 @@
 forward and the bf16 backward (its dK / dV and dQ tiles as a pair), each candidate run through the
 experiment variables of flash_attn/triton/tuning.py ("BLOCK_M,BLOCK_N,num_warps,num_stages";
 a fifth integer is Triton's maxnreg; "default" is the host's fixed tile; a suffix "@N" sets the
-forward's block source, tiles() says how), in one process; --kinds
+forward's block source and ":MiB" its schedule groups, tiles() says how), in one process; --kinds
 narrows the sweep to some of the three. 16 heads, 16k tokens (batch = 16384 / seqlen),
 non-causal and causal; do_bench median, L2 flushed per run; TFLOP/s (4 * batch * seqlen^2 * heads *
 hd, halved when causal, times 2.5 for the backward). Each candidate's output (or gradients) is
@@ -57,12 +57,16 @@ def tiles(kind, candidate):
     """The environment of one candidate: its tile(s) in the kind's variables, or none for the default;
     a suffix "@0" / "@1" / "@2" sets the forward's block source (tuning.DESCRIPTORS_VARIABLE: pointers,
     K / V descriptors made in the kernel, Q / K / V / Out descriptors made by the host), none leaves
-    the host's choice; no autotuning either way."""
+    the host's choice; a suffix ":MiB" (after any "@") sets the forward schedule's group size
+    (tuning.SCHEDULE_GROUP_VARIABLE, ":0" groups of one pair), none leaves the host's; no autotuning
+    either way."""
+    candidate, _, group = candidate.partition(":")
     candidate, _, descriptors = candidate.partition("@")
     chosen = dict(zip(KINDS[kind], candidate.split("/"))) if candidate != DEFAULT else {}
     chosen[tuning.DESCRIPTORS_VARIABLE] = descriptors or None
-    return environment({name: chosen.get(name)
-                        for name in KINDS[kind] + (tuning.AUTOTUNE_VARIABLE, tuning.DESCRIPTORS_VARIABLE)})
+    chosen[tuning.SCHEDULE_GROUP_VARIABLE] = group or None
+    return environment({name: chosen.get(name) for name in KINDS[kind] + (
+        tuning.AUTOTUNE_VARIABLE, tuning.DESCRIPTORS_VARIABLE, tuning.SCHEDULE_GROUP_VARIABLE)})
 
 
 def calls(headdim, seqlen, causal):

@@ -614,10 +614,15 @@ SCHEDULE_GROUP_HEADDIMS = (128,)
 
 
 def pairs_per_group(pr, device):
-    """The forward's (head, batch) pairs per schedule group (SCHEDULE_GROUP_BYTES) of the problem pr."""
-    if not _nvidia_16bit(pr.dtype, device) or pr.block_d not in SCHEDULE_GROUP_HEADDIMS:
-        return 1
-    return max(1, SCHEDULE_GROUP_BYTES // (2 * max(pr.seqlen_k, 1) * pr.headdim * pr.dtype.itemsize))
+    """The forward's (head, batch) pairs per schedule group of the problem pr: groups of
+    SCHEDULE_GROUP_BYTES where the table applies, of tuning.SCHEDULE_GROUP_VARIABLE's size wherever it
+    is set."""
+    group_bytes = tuning.schedule_group_bytes_from_environment()
+    if group_bytes is None:
+        if not _nvidia_16bit(pr.dtype, device) or pr.block_d not in SCHEDULE_GROUP_HEADDIMS:
+            return 1
+        group_bytes = SCHEDULE_GROUP_BYTES
+    return max(1, group_bytes // (2 * max(pr.seqlen_k, 1) * pr.headdim * pr.dtype.itemsize))
 
 
 def _slope_args(alibi_slopes, unread):
@@ -650,8 +655,8 @@ class _PlanCache:
 
 PLAN_CACHE_SIZE = 256
 _PLAN_VARIABLES = (tuning.FORWARD_TILE_VARIABLE, tuning.FP8_FORWARD_TILE_VARIABLE, tuning.DESCRIPTORS_VARIABLE,
-                   tuning.AUTOTUNE_VARIABLE, tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE, "TRITON_INTERPRET",
-                   "TRITON_DEBUG")
+                   tuning.AUTOTUNE_VARIABLE, tuning.DKDV_TILE_VARIABLE, tuning.DQ_TILE_VARIABLE,
+                   tuning.SCHEDULE_GROUP_VARIABLE, "TRITON_INTERPRET", "TRITON_DEBUG")
 _forward_plans, _backward_plans = _PlanCache(), _PlanCache()
 
 

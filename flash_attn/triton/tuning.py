@@ -49,6 +49,10 @@ DQ_TILE_VARIABLE = "FLASH_ATTENTION_TRITON_DQ_TILE"
 # tables (attention.NVIDIA_16BIT_DESCRIPTORS, FP8_HOST_DESCRIPTOR_KEYS) choose. Read per call, for A/B runs.
 DESCRIPTORS_VARIABLE = "FLASH_ATTENTION_TRITON_DESCRIPTORS"
 DESCRIPTORS_SETTINGS = ("0", "1", "2")
+# The forward schedule's group size in MiB of K and V (attention.pairs_per_group), for every call
+# whatever its head dim, dtype and device, "0" for groups of one pair: an experiment override, read per
+# call; unset, the host's table (attention.SCHEDULE_GROUP_BYTES at SCHEDULE_GROUP_HEADDIMS) chooses.
+SCHEDULE_GROUP_VARIABLE = "FLASH_ATTENTION_TRITON_SCHEDULE_GROUP_MB"
 
 # A tile is tried when each of its row blocks times the padded head dim stays within this many
 # elements (128 x 128): larger fp32 accumulators are expected to spill. An unmeasured guess, which
@@ -61,6 +65,17 @@ MAX_TILE_ELEMENTS = 128 * 128
 def enabled():
     """Whether FLASH_ATTENTION_TRITON_AMD_AUTOTUNE asks for autotuning (read per call)."""
     return os.environ.get(AUTOTUNE_VARIABLE, "").upper() == "TRUE"
+
+
+def schedule_group_bytes_from_environment():
+    """The schedule group size in bytes that SCHEDULE_GROUP_VARIABLE holds (read per call), else None."""
+    text = os.environ.get(SCHEDULE_GROUP_VARIABLE, "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise ValueError(f"flash_attn Triton backend: {SCHEDULE_GROUP_VARIABLE} must be a whole number of MiB "
+                         f"(0: groups of one pair), got {text!r}")
+    return int(text) << 20
 
 
 def interpreting():
