@@ -174,8 +174,8 @@ def test_schedule_groups_change_only_the_order(monkeypatch, varlen):
 
 def test_schedule_group_variable_keys_the_plan(monkeypatch):
     """tuning.SCHEDULE_GROUP_VARIABLE is part of a cached plan's key: the same shapes plan again under
-    a new value (here 1 MiB: 81 pairs a group, so the 1D grouped grid),
-    and the output stays bit-equal, the schedule being an order only."""
+    a new value (here 1 MiB, 81 pairs a group: the 1D grouped grid instead of the 3D one), and the
+    output stays bit-equal, the schedule being an order only."""
     monkeypatch.setenv(tuning.FORWARD_TILE_VARIABLE, "16,16,4,3")
     q, k, v = (torch.randn(2, 50, 3, 32, device=DEVICE) for _ in range(3))
     triton_attention.clear_plans()
