@@ -432,6 +432,36 @@ def test_offsets_past_int32_are_refused():
     attention.check_tensors(k_cache=torch.empty(limit // 2**18 + 1, 256, 8, 128, device="meta"), wide=("k_cache",))
 
 
+def test_grid_dims_past_cuda_limits_are_refused():
+    """The kernels' grids put heads on grid y and sequences on z, which CUDA caps at 65535: a dense
+    batch, a varlen sequence count or a head count past it is refused with an error naming it before
+    any kernel runs (meta tensors: nothing could run), in flash_attn_with_kvcache before the append
+    writes the cache; 65535 passes the check. A requested num_splits shrinks to fit batch x splits
+    in grid z."""
+    from flash_attn.triton import attention, kvcache
+
+    cap = attention.MAX_GRID_YZ
+    def meta(*shape):
+        return torch.empty(*shape, device="meta", dtype=torch.float16)
+
+    with pytest.raises(ValueError, match=f"batch must be at most {cap}"):
+        triton_backend.forward(meta(cap + 1, 2, 1, 16), meta(cap + 1, 2, 1, 16), meta(cap + 1, 2, 1, 16), 0.25)
+    with pytest.raises(ValueError, match=f"nheads must be at most {cap}"):
+        triton_backend.forward(meta(1, 2, cap + 1, 16), meta(1, 2, 1, 16), meta(1, 2, 1, 16), 0.25)
+    cu = torch.zeros(cap + 2, device="meta", dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"number of sequences \(cu_seqlens_q's length - 1\) must be at most"):
+        triton_backend.forward(meta(8, 1, 16), meta(8, 1, 16), meta(8, 1, 16), 0.25, cu_seqlens_q=cu,
+                               cu_seqlens_k=cu, max_seqlen_q=1, max_seqlen_k=1)
+    attention.check_grid_dims(batch=cap, nheads=cap)
+    q, cache, seqlens = meta(cap + 1, 1, 1, 16), meta(cap + 1, 8, 1, 16), torch.zeros(cap + 1, dtype=torch.int32)
+    with pytest.raises(ValueError, match=f"batch must be at most {cap}"):
+        kvcache.forward_kvcache(q, cache, cache, q, q, None, None, seqlens, None, None, None, 0.25, (-1, -1), 0.0,
+                                False, None, 1)
+    cpu = torch.device("cpu")
+    assert kvcache._num_splits(64, 1, 100, 2048, cpu) == cap // 2048 == 31
+    assert kvcache._num_splits(64, 1, 100, 2, cpu) == 64
+
+
 def test_forward_launch_options(monkeypatch):
     """The forward's fixed launch: the portable 64 x 64 / 32 x 32 blocks with Triton's default warps
     and stages for fp32, CPU tensors and (on ROCm) everything 16-bit and fp8; on NVIDIA GPUs 16-bit

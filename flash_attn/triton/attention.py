@@ -375,6 +375,8 @@ class _Problem:
             self.batch, self.seqlen_q, self.heads, self.headdim = q.shape
             self.seqlen_k, self.heads_k = k.shape[1], k.shape[2]
         self.total_q, self.total_k = q.shape[0], k.shape[0]  # varlen: the packed rows, the clamp bound
+        sequences = "the number of sequences (cu_seqlens_q's length - 1)" if self.varlen else "batch"
+        check_grid_dims(**{sequences: self.batch, "nheads": self.heads})
         self.group = self.heads // self.heads_k
         self.left, self.right = window
         self.softcap = float(softcap)
@@ -453,6 +455,20 @@ def check_tensors(dtypes=DTYPES, wide=(), **tensors):
         if t.stride(-1) != 1:
             raise ValueError(f"flash_attn Triton backend: {name} must have a contiguous last dimension")
     check_offsets(**{name: t for name, t in tensors.items() if name not in wide})
+
+
+# The kernels' grids put the heads on grid dimension y and the batch entries (sequences) on z (the
+# decode kernel: batch entries x splits), which CUDA caps at 65535; a larger launch fails. Such calls
+# are refused before any kernel runs, as the CUDA kernels refuse them (csrc/torch/op_common.h).
+MAX_GRID_YZ = 65535
+
+
+def check_grid_dims(**counts):
+    """Each count (name: number) fits grid dimension y / z (MAX_GRID_YZ); errors name it."""
+    for name, count in counts.items():
+        if count > MAX_GRID_YZ:
+            raise ValueError(f"flash_attn Triton backend: {name} must be at most {MAX_GRID_YZ} (a grid "
+                             f"dimension of the kernels), got {count}")
 
 
 # The Triton kernels form element offsets as program ids and indices times strides in 32-bit integers

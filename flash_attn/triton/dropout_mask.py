@@ -19,11 +19,12 @@ BLOCK = 64
 def _keep_mask_kernel(Keep, Rng, heads, seqlen_q, seqlen_k, threshold, BLOCK_M: tl.constexpr,
                       BLOCK_N: tl.constexpr):
     """Keep (batch, heads, seqlen_q, seqlen_k) int8: 1 where element (i, j) of (batch b, head h)
-    is kept. Grid (query tiles, key tiles, batch * heads)."""
-    bh = tl.program_id(2)
+    is kept. Grid (batch * heads, query tiles, key tiles): batch * heads on x, the dimension CUDA does
+    not cap at 65535."""
+    bh = tl.program_id(0)
     batch, head = bh // heads, bh % heads
-    i = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    j = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    i = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    j = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
     keep = _dropout_keep(i[:, None], j[None, :], Rng, batch, heads, head, threshold)
     rows = bh.to(tl.int64) * seqlen_q + i.to(tl.int64)
     inside = (i[:, None] < seqlen_q) & (j[None, :] < seqlen_k)
@@ -36,7 +37,7 @@ def keep_mask(rng_state, batch, heads, seqlen_q, seqlen_k, dropout_p):
     keep = torch.empty((batch, heads, seqlen_q, seqlen_k), dtype=torch.int8, device=rng_state.device)
     if keep.numel() == 0:
         return keep.view(torch.bool)
-    grid = (triton.cdiv(seqlen_q, BLOCK), triton.cdiv(seqlen_k, BLOCK), batch * heads)
+    grid = (batch * heads, triton.cdiv(seqlen_q, BLOCK), triton.cdiv(seqlen_k, BLOCK))
     _keep_mask_kernel[grid](keep, rng_state, heads, seqlen_q, seqlen_k, dropout_lib.keep_threshold(dropout_p),
                             BLOCK_M=BLOCK, BLOCK_N=BLOCK)
     return keep.view(torch.bool)

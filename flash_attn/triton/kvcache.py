@@ -14,7 +14,8 @@ import triton
 
 from ..reference_kvcache import cache_capacity
 from . import poison, tuning
-from .attention import _dot_precision, check_offsets, check_tensors, within_offset_limit
+from .attention import (MAX_GRID_YZ, _dot_precision, check_grid_dims, check_offsets, check_tensors,
+                        within_offset_limit)
 from .kvcache_kernels import kvcache_append_kernel, kvcache_attention_kernel, kvcache_combine_kernel
 
 APPEND_BLOCK_T = 16
@@ -34,11 +35,12 @@ def _blocks(seqlen_q, block_d):
     return (16 if seqlen_q <= 16 else 64), (64 if block_d <= 128 else 32)
 
 
-def _num_splits(requested, programs, key_blocks, device):
-    """requested > 0: that many (at most one per key block); 0: enough splits for about one program
-    per SM when the (query block, head, batch) programs are fewer than the SMs."""
+def _num_splits(requested, programs, key_blocks, batch, device):
+    """requested > 0: that many (at most one per key block, and at most MAX_GRID_YZ // batch: the
+    attention kernel's grid z is batch x splits); 0: enough splits for about one program per SM when
+    the (query block, head, batch) programs are fewer than the SMs."""
     if requested > 0:
-        return max(1, min(requested, key_blocks))
+        return max(1, min(requested, key_blocks, MAX_GRID_YZ // max(batch, 1)))
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
     if programs >= sms:
         return 1
@@ -73,6 +75,7 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
     wide_cache = not within_offset_limit(k_cache) or not within_offset_limit(v_cache)
     batch, seqlen_q, heads, headdim = q.shape
     slabs, slab_rows, heads_k = k_cache.shape[:3]
+    check_grid_dims(batch=batch, nheads=heads)
     paged = block_table is not None
     capacity = cache_capacity(k_cache, block_table)
     page_size, max_pages = (slab_rows, block_table.shape[1]) if paged else (1, 1)
@@ -87,7 +90,8 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
     stride_bt = block_table.stride(0) if paged else 0
     cache_strides = (*k_cache.stride()[:3], *v_cache.stride()[:3])
     m_blocks = triton.cdiv(seqlen_q, block_m)
-    splits = _num_splits(num_splits, m_blocks * heads * batch, max(1, triton.cdiv(capacity, block_n)), q.device)
+    splits = _num_splits(num_splits, m_blocks * heads * batch, max(1, triton.cdiv(capacity, block_n)), batch,
+                         q.device)
     parts_shape = (splits, batch, seqlen_q, heads, headdim)
     # checked before allocating it and before the append writes the cache
     parts_name = "the split-KV partial outputs (num_splits x q's elements)"
