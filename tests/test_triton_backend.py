@@ -441,6 +441,7 @@ def test_grid_dims_past_cuda_limits_are_refused():
     from flash_attn.triton import attention, kvcache
 
     cap = attention.MAX_GRID_YZ
+
     def meta(*shape):
         return torch.empty(*shape, device="meta", dtype=torch.float16)
 

@@ -8,12 +8,14 @@ If kernel is at the tutorial's level while back-to-back is not, the cell is boun
 After the table, the kernel column split by kernel (each kernel's GPU time per call).
 --candidates runs ours under each of several settings in the same process, named as
 triton_tile_sweep.py names them ("default", "BLOCK_M,BLOCK_N,warps,stages[,maxnreg]", a suffix "@N"
-for the forward's block source, then ":MiB" for its schedule groups, e.g. "default:0"), --rounds times the whole set that many times (rounds show the
-spread). --fp8 makes the candidates fp8 forward settings ("@0" pointers, "@2" host-made descriptors)
-after ours in bf16, without the tutorial. --backward times the backward instead: torch.autograd.grad
-of a retained forward graph (the tutorial comparison's backward call), ours and, under a causal mask
-only (the only one its backward takes), the tutorial's. With --backward the candidates are "dK / dV tile/dQ tile" pairs. --without-tutorial times ours alone (for a
-second tree's run beside one with it).
+for the forward's block source, then ":MiB" for its schedule groups, e.g. "default:0"), --rounds
+times the whole set that many times (rounds show the spread). --fp8 makes the candidates fp8
+forward settings ("@0" pointers, "@2" host-made descriptors) after ours in bf16, without the
+tutorial. --backward times the backward instead: torch.autograd.grad of a retained forward graph
+(the tutorial comparison's backward call), ours and, under a causal mask only (the only one its
+backward takes), the tutorial's; its candidates are "dK / dV tile/dQ tile" pairs, each checked
+against the default tiles' gradients. --without-tutorial times ours alone (for a second tree's run
+beside one with it).
 
     FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE python benchmarks/experiments/triton_kernel_time.py --seqlens 1024
 """

@@ -116,12 +116,8 @@ def host_tiles(name, dtype, block_d):
 
 
 def parse_tile(text):
-    """BLOCK_M,BLOCK_N,warps,stages[,maxnreg] as launch options."""
-    values = [int(x) for x in text.split(",")]
-    tile = dict(BLOCK_M=values[0], BLOCK_N=values[1], num_warps=values[2], num_stages=values[3])
-    if len(values) == 5:
-        tile["maxnreg"] = values[4]
-    return tile
+    """BLOCK_M,BLOCK_N,warps,stages[,maxnreg] as launch options (tuning.Tile's)."""
+    return tuning.Tile(*(int(x) for x in text.split(","))).launch_options()
 
 
 def main():

@@ -402,11 +402,11 @@ class _Problem:
         seqlen_q, heads, batch = self.seqlen_q, self.heads, self.batch
         return lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]), heads, batch)
 
-    def scheduled_query_grid(self, pairs_per_group):
-        """The forward's grid for groups of pairs_per_group (head, batch) pairs
-        (kernels._scheduled_query_block): past one pair a group, a 1D grid over query blocks x heads x
-        batch (a function of the launch's meta-parameters, as query_grid); else query_grid's."""
-        if pairs_per_group == 1:
+    def scheduled_query_grid(self, grouped):
+        """The forward's grid (kernels._scheduled_query_block): for groups of more than one (head,
+        batch) pair (grouped, the kernel's GROUPED) a 1D grid over query blocks x heads x batch (a
+        function of the launch's meta-parameters, as query_grid); else query_grid's."""
+        if not grouped:
             return self.query_grid()
         seqlen_q, pairs = self.seqlen_q, self.heads * self.batch
         return lambda meta: (triton.cdiv(seqlen_q, meta["BLOCK_M"]) * pairs,)
@@ -564,7 +564,8 @@ class _ForwardPlan:
         self.lse_shape = (pr.heads, q.shape[0]) if pr.varlen else (pr.batch, pr.heads, pr.seqlen_q)
         self.empty = q.numel() == 0 or pr.batch == 0 or pr.seqlen_q == 0
         self.pairs_per_group = pairs_per_group(pr, q.device)
-        self.grid = pr.scheduled_query_grid(self.pairs_per_group)
+        grouped = self.pairs_per_group > 1
+        self.grid = pr.scheduled_query_grid(grouped)
         self.qk_strides = (*pr.strides(q), *pr.strides(k))
         self.v_strides = None if fp8 else (*pr.strides(v), v.stride(-1))  # fp8: of V's keys-contiguous copy
         self.out_strides = _new_row_strides(q.shape, pr.varlen)  # out: a new tensor of q's shape
@@ -580,8 +581,7 @@ class _ForwardPlan:
         self.descriptor_rows = (fixed["BLOCK_M"], fixed["BLOCK_N"], fixed["BLOCK_N"], fixed["BLOCK_M"])
         self.block_d = pr.block_d
         self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
-                            DESCRIPTORS=descriptors, GROUPED=self.pairs_per_group > 1, **pr.meta(fixed),
-                            fixed_blocks=fixed,
+                            DESCRIPTORS=descriptors, GROUPED=grouped, **pr.meta(fixed), fixed_blocks=fixed,
                             bound=_bound_launch(pr.varlen))
         self.copy_launch = _bound_launch(pr.varlen) if fp8 else None  # of V's keys-contiguous copy
 
@@ -622,9 +622,10 @@ class _ForwardPlan:
 # group the longest causal walks start first, the last group's too, which leaves the launch a tail of
 # short walks. Kernel time against pairs one by one (H200, Triton 3.6, bf16, 16 heads x 16k tokens, one
 # round; benchmarks/NOTES.md v48): hd 128 1k -3.1% / causal -5.8%, 4k -0.9% / causal -3.9%; hd 64 4k
-# causal -5.3% but 1k +2.1% / causal +5.7% and 4k +1.7%. So only where it was measured to gain: 16-bit
-# inputs on NVIDIA GPUs at the padded head dims of SCHEDULE_GROUP_HEADDIMS (fp8 and fp32 were not
-# measured); elsewhere pairs run one by one.
+# causal -5.3% but 1k +2.1% / causal +5.7% and 4k +1.7%. Again at hd 128 against the commit before the
+# schedule, two rounds (NOTES.md v49 item 6): -1 to -8% at 1k / 4k. So only where it was measured to
+# gain: 16-bit inputs on NVIDIA GPUs at the padded head dims of SCHEDULE_GROUP_HEADDIMS (fp8 and fp32
+# were not measured); elsewhere pairs run one by one.
 SCHEDULE_GROUP_BYTES = 16 << 20
 SCHEDULE_GROUP_HEADDIMS = (128,)
 

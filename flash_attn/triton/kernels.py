@@ -120,26 +120,28 @@ def _visible(i, j, seqlen_q, seqlen_k, left, right, LEFT_BOUNDED: tl.constexpr, 
 
     The window becomes bounds on the side a walk holds fixed (loop-invariant, so Triton hoists them
     out of the walk), so that a score costs one compare (two with a left window) and no predicate
-    logic: the keys each query
-    sees (the last one clipped to the sequence's last key), or with BOUNDS_BY_KEY (the dK / dV walk,
-    whose keys are fixed) the queries that see each key (none for a key past the sequence). An
-    unbounded side (-1) becomes a bound no index reaches by arithmetic, not by a branch. The former
+    logic: the keys each query sees (the last one clipped to the sequence's last key), or with
+    BOUNDS_BY_KEY (the dK / dV walk, whose keys are fixed) the queries that see each key (none for a
+    key past the sequence). An unbounded side (-1) becomes a bound no index reaches by arithmetic,
+    not by a branch. The former
     form, three compares a score with the left one under a runtime `if`, compiled to 848
     instructions a step in the masked loop of the hd 128 8-warp forward tile against 479 now (360
     unmasked), most of them LOP3 / SEL packing predicates (Triton 3.6, sm_90, offline;
     benchmarks/NOTES.md v48)."""
     no_bound = 1 << 30
     right_reach = tl.where(right >= 0, right, no_bound)
+    if LEFT_BOUNDED:
+        left_reach = tl.where(left >= 0, left, no_bound)
     if BOUNDS_BY_KEY:
         key_diagonal = j - (seqlen_k - seqlen_q)
         visible = i >= tl.where(j < seqlen_k, key_diagonal - right_reach, no_bound)
         if LEFT_BOUNDED:
-            visible = visible & (i <= key_diagonal + tl.where(left >= 0, left, no_bound))
+            visible = visible & (i <= key_diagonal + left_reach)
     else:
         diagonal = i + (seqlen_k - seqlen_q)
         visible = j <= tl.minimum(diagonal + right_reach, seqlen_k - 1)
         if LEFT_BOUNDED:
-            visible = visible & (j >= diagonal - tl.where(left >= 0, left, no_bound))
+            visible = visible & (j >= diagonal - left_reach)
     return visible
 
 
