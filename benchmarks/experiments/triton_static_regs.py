@@ -12,7 +12,9 @@ diagonal walk too), local (both masked walks), softcap, alibi, dropout, varlen, 
 below its block, as hd 96 in a block of 128: the loads' head-dim masks), fp8 (forward only), descriptors
 (forward only: causal, with K and V through tensor descriptors made in the kernel, attention._forward_descriptors),
 host (forward only: causal, Q / K / V / Out through host-made descriptors; fp8: V's keys-contiguous
-copy), host_plain (host, non-causal).
+copy), host_plain (host, non-causal), grouped (forward only: the 1D grid of schedule groups of more
+than one pair, GROUPED; every other feature compiles the grid of groups of one). Features combine with
+"+", e.g. host+grouped (later ones override earlier ones' flags).
 Each row: the compiled kernel's registers per thread, stack (spill) bytes, and shared memory.
 """
 
@@ -41,14 +43,23 @@ TRITON_TYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8e4nv"
 
 
 def flags(feature):
-    """The constexpr flags of a feature (see the docstring)."""
+    """The constexpr flags of a feature, or of features joined by "+" (see the docstring)."""
     flags = dict(VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_DROPOUT=False, PAD_D=False, CLIP_LEFT=False,
                  CLIP_RIGHT=True)
-    flags.update({"plain": dict(CLIP_RIGHT=False), "causal": {}, "local": dict(CLIP_LEFT=True), "descriptors": {},
-                  "softcap": dict(HAS_SOFTCAP=True), "alibi": dict(HAS_ALIBI=True), "dropout": dict(HAS_DROPOUT=True),
-                  "varlen": dict(VARLEN=True), "padded": dict(PAD_D=True), "fp8": {}, "host": {},
-                  "host_plain": dict(CLIP_RIGHT=False)}[feature])
+    for part in feature.split("+"):
+        flags.update({"plain": dict(CLIP_RIGHT=False), "causal": {}, "local": dict(CLIP_LEFT=True),
+                      "descriptors": {}, "softcap": dict(HAS_SOFTCAP=True), "alibi": dict(HAS_ALIBI=True),
+                      "dropout": dict(HAS_DROPOUT=True), "varlen": dict(VARLEN=True), "padded": dict(PAD_D=True),
+                      "fp8": {}, "host": {}, "host_plain": dict(CLIP_RIGHT=False), "grouped": dict(GROUPED=True)}[part])
     return flags
+
+
+def block_source(feature):
+    """kernels' DESCRIPTORS value of a feature (the last of its parts that names a block source)."""
+    sources = {"descriptors": kernels.DEVICE_KV_DESCRIPTORS.value, "host": kernels.HOST_DESCRIPTORS.value,
+               "host_plain": kernels.HOST_DESCRIPTORS.value}
+    named = [sources[part] for part in feature.split("+") if part in sources]
+    return named[-1] if named else kernels.POINTER_BLOCKS.value
 
 
 def compile_one(name, dtype_name, block_d, tile, feature, arch, cubin_dir=None):
@@ -58,12 +69,13 @@ def compile_one(name, dtype_name, block_d, tile, feature, arch, cubin_dir=None):
     element = TRITON_TYPES[dtype_name]
     constexprs = dict(BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"], BLOCK_D=block_d,
                       DOT_PRECISION="ieee" if dtype_name == "fp32" else "tf32", **flags(feature))
-    source_of_blocks = {"descriptors": kernels.DEVICE_KV_DESCRIPTORS.value, "host": kernels.HOST_DESCRIPTORS.value,
-                        "host_plain": kernels.HOST_DESCRIPTORS.value}.get(feature, kernels.POINTER_BLOCKS.value)
+    source_of_blocks = block_source(feature)
+    grouped = constexprs.pop("GROUPED", False)
     if name == "forward":
-        # GROUPED False: the grid of groups of one pair (attention.pairs_per_group's 1 off hd 128)
         constexprs.update(IS_FP8=dtype_name == "fp8", INTERPRETER_ROUNDING=False, DESCRIPTORS=source_of_blocks,
-                          GROUPED=False)
+                          GROUPED=grouped)
+    elif grouped:
+        raise ValueError(f"the {name} kernel has no grouped schedule")
     signature, attrs = {}, {}
     for index, arg in enumerate(fn.arg_names):
         if arg in constexprs:

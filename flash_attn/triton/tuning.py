@@ -30,7 +30,7 @@ from typing import Optional
 import triton
 import triton.testing
 
-from .direct_launch import launch_kernel
+from .shared_memory_fit import launch_fitted
 
 AUTOTUNE_VARIABLE = "FLASH_ATTENTION_TRITON_AMD_AUTOTUNE"
 # Experiment overrides of the forward's fixed tile, of fp32 / 16-bit inputs and of fp8 ones:
@@ -188,12 +188,14 @@ class Launcher:
         self.tuned = triton.autotune(configs=[tile.config() for tile in tiles], key=list(key),
                                      prune_configs_by={"early_config_prune": _fitting}, do_bench=_bench)(kernel)
 
-    def __call__(self, grid, *args, fixed_blocks, bound=None, **meta):
-        """grid: a function of the launch's meta-parameters (BLOCK_M / BLOCK_N included);
-        fixed_blocks: the blocks of the untuned launch (and where the host names them, its num_warps
-        and num_stages), which the autotuner chooses itself; bound: the calling plan's
-        direct_launch.BoundLaunch of this kernel, if it has one (untuned launches only)."""
+    def __call__(self, grid, *args, fixed_blocks, bound=None, resizable=False, **meta):
+        """grid: a function of the launch's meta-parameters (BLOCK_M / BLOCK_N included) wherever
+        resizable; fixed_blocks: the blocks of the untuned launch (and where the host names them, its
+        num_warps and num_stages), which the autotuner chooses itself, and which shrink where the GPU's
+        shared memory refuses them (shared_memory_fit: fewer stages, and where resizable, smaller
+        blocks); bound: the calling plan's direct_launch.BoundLaunch of this kernel, if it has one
+        (untuned launches only)."""
         if enabled():
             self.tuned[grid](*args, **meta)
         else:
-            launch_kernel(self.kernel, grid, args, {**fixed_blocks, **meta}, bound)
+            launch_fitted(self.kernel, grid, args, {**fixed_blocks, **meta}, bound, resizable)

@@ -1,0 +1,97 @@
+"""Fixed launches that fit the GPU's shared memory (issue #9: a portable backend).
+
+The fixed tiles (attention.py's tables, the portable blocks) were chosen on Hopper, whose blocks may
+take 227 KB of shared memory. Other GPUs offer less to a block: A100 163 KB, the sm_86 / sm_89 /
+sm_120 parts 99 KB. Triton 3.6's offline compiles (benchmarks/experiments/triton_static_regs.py,
+NOTES.md v50) need more than that for many of them: at hd 128 the bf16 forward's 128 x 128 tile
+160 KB on sm_80 / sm_89, the backward's 129 / 128 KB, the portable 64 x 64 backward tiles 105 KB on
+sm_89; the bf16 hd 256 dQ tile 168 KB on sm_80; fp32 inputs at hd 128 / 256 176-209 KB on every
+arch. Triton refuses such a kernel when it loads it, before anything launches (OutOfResources), as
+its autotuner refuses the configs it then skips. A fixed launch refused so tries smaller_launches'
+options in turn and keeps the first that loads, remembered per kernel, device and options, so that
+only a shape's first call pays the refused compiles. Shared memory is not monotonic in num_stages
+(hd 256 dK / dV 64 x 64 on sm_89: 137 KB at 2 stages, 160 KB at 1), hence the trials rather than an
+estimate. No GPU short of Hopper's shared memory has run this; on Hopper no table tile is refused.
+"""
+
+import torch
+
+try:
+    from triton.runtime.errors import OutOfResources
+except ImportError:  # a Triton without it refuses nothing this way
+    OutOfResources = None
+
+from .direct_launch import launch_kernel
+
+# Blocks are halved down to tl.dot's smallest side, 16 (fp32 dK / dV at hd 256 on sm_89 fits only
+# below 32 x 32: 132 KB there with 1 or 2 stages), but an fp8 forward's (IS_FP8) BLOCK_N to 32: its
+# P.V reduces over BLOCK_N keys in 8-bit operands, 32 at least on NVIDIA GPUs.
+SMALLEST_BLOCK = 16
+SMALLEST_FP8_KEY_BLOCK = 32
+HALVED_TILE_WARPS = 4  # the portable tiles' warps: a halved tile runs at most these
+DEFAULT_STAGES = 3  # Triton's num_stages where a launch names none (NVIDIA's default)
+
+_fitted = {}  # (kernel, device, the refused options' items) -> the options that loaded
+
+
+def smaller_launches(options, resizable):
+    """The launch options to try, in order, after `options` was refused: the same blocks with fewer
+    stages (down to 1); then, where the blocks may change (resizable: the grid is a function of them
+    and no host-made descriptor fixes them), the larger of BLOCK_M / BLOCK_N halved (BLOCK_M on a tie)
+    while one is above its smallest (SMALLEST_BLOCK; an fp8 forward's BLOCK_N SMALLEST_FP8_KEY_BLOCK),
+    each at most HALVED_TILE_WARPS warps, without a register cap, again from the original stages down."""
+    stages = options.get("num_stages", DEFAULT_STAGES)
+    for fewer in range(stages - 1, 0, -1):
+        yield {**options, "num_stages": fewer}
+    if not resizable:
+        return
+    smallest = dict(BLOCK_M=SMALLEST_BLOCK, BLOCK_N=SMALLEST_FP8_KEY_BLOCK if options.get("IS_FP8") else SMALLEST_BLOCK)
+    blocks = dict(options)
+    blocks.pop("maxnreg", None)
+    while True:
+        halvable = [name for name in ("BLOCK_M", "BLOCK_N") if blocks[name] > smallest[name]]
+        if not halvable:
+            return
+        larger = max(halvable, key=lambda name: (blocks[name], name == "BLOCK_M"))
+        blocks = {**blocks, larger: blocks[larger] // 2,
+                  "num_warps": min(blocks.get("num_warps", HALVED_TILE_WARPS), HALVED_TILE_WARPS)}
+        for fewer in range(stages, 0, -1):
+            yield {**blocks, "num_stages": fewer}
+
+
+def _key(kernel, options):
+    """The memo's key of a launch: the kernel, the current GPU and every option."""
+    device = torch.cuda.current_device() if torch.cuda.is_available() else None
+    return kernel, device, tuple(sorted(options.items()))
+
+
+def launch_fitted(kernel, grid, args, options, bound=None, resizable=False):
+    """kernel[grid](*args, **options) through launch_kernel, or where the GPU refuses it for shared
+    memory, the first of smaller_launches(options, resizable) that it takes (remembered); raises the
+    first refusal where none is taken. grid: a function of the launch's meta-parameters wherever
+    resizable."""
+    fitted = _fitted.get(_key(kernel, options)) if _fitted else None  # empty unless a GPU refused a launch
+    if fitted is not None:
+        launch_kernel(kernel, grid, args, fitted, bound)
+        return
+    try:
+        launch_kernel(kernel, grid, args, options, bound)
+        return
+    except Exception as refusal:
+        if not _refused_for_shared_memory(refusal):
+            raise
+        first_refusal = refusal
+    for smaller in smaller_launches(options, resizable):
+        try:
+            launch_kernel(kernel, grid, args, smaller, bound)
+        except Exception as refusal:
+            if not _refused_for_shared_memory(refusal):
+                raise
+            continue
+        _fitted[_key(kernel, options)] = smaller
+        return
+    raise first_refusal
+
+
+def _refused_for_shared_memory(error):
+    return OutOfResources is not None and isinstance(error, OutOfResources) and error.name == "shared memory"
