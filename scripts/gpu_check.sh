@@ -15,6 +15,10 @@
 #     (carry peers/triton_fused_attention_tutorial.py; no build needed): kernel time of the forward and the
 #     backward (benchmarks/experiments/triton_kernel_time.py, PEER_ROUNDS rounds, default 2), then the
 #     do_bench table (triton_tutorial_peer.py --no-fp8), at PEER_SEQLENS (default "1024 2048 4096")
+#   STAGES="triton_fp8" scripts/gpu_check.sh  # issue #9's fp8 target: the fp8 / bf16 forward at hd 128
+#     from 4k keys by kernel time (FP8_ROUNDS rounds, default 2; fp8 in groups of one, of 8 and of 16 MiB,
+#     FP8_CANDIDATES), the do_bench sweep (triton_fp8_speed.py, default and 16 MiB groups), then
+#     tests/test_triton_fp8.py with the schedule's 16 MiB groups forced on every fp8 call
 #   STAGES="sweep" SWEEP_ARGS="64 8192 0;128 2048 1" scripts/gpu_check.sh
 #   STAGES="build ab" AB_SCRIPT=benchmarks/experiments/scheduler_ab.py scripts/gpu_check.sh
 #     before/after: builds the baseline tree in ./old_tree (an ignored export of the whole commit
@@ -50,7 +54,7 @@ fi
 declare -A LIMIT=([build]=${BUILD_LIMIT:-300} [test]=${TEST_LIMIT:-300} [bench]=${BENCH_LIMIT:-360}
                   [sweep]=${SWEEP_LIMIT:-150} [sanitize]=${SANITIZE_LIMIT:-200} [ab]=${AB_LIMIT:-300}
                   [triton]=${TRITON_LIMIT:-480} [triton_suite]=${TRITON_SUITE_LIMIT:-540}
-                  [triton_peer]=${TRITON_PEER_LIMIT:-540})
+                  [triton_peer]=${TRITON_PEER_LIMIT:-540} [triton_fp8]=${TRITON_FP8_LIMIT:-540})
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }  # STAGES lists stage names separated by spaces
 stage() {  # stage NAME COMMAND...: runs, appends its output to $LOG, records wall time and status
   local name=$1; shift
@@ -108,6 +112,21 @@ if has_stage triton_suite; then  # the GPU suite's public-function tests against
     tests/test_gpu_compile.py ${PYTEST_ARGS:-}
   tail -n 30 /tmp/.stage.log
 fi
+if has_stage triton_fp8; then
+  triton_fp8() {
+    local tool=benchmarks/experiments candidates=${FP8_CANDIDATES:-"default default:8 default:16"}
+    python3 $tool/triton_kernel_time.py --fp8 --headdims 128 --seqlens 4096 8192 16384 \
+      --rounds "${FP8_ROUNDS:-2}" --candidates $candidates > "$OUT/triton_fp8_kernel.md"
+    python3 $tool/triton_fp8_speed.py --fp8-tiles default default:16 --bf16-tiles default \
+      > "$OUT/triton_fp8_do_bench.md"
+    grep -h "^| " "$OUT"/triton_fp8_*.md
+    FLASH_ATTENTION_TRITON_SCHEDULE_GROUP_MB=16 python3 -m pytest -q -n 8 tests/test_triton_fp8.py 2>&1 | tail -3
+  }
+  export -f triton_fp8
+  stage triton_fp8 env FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE PYTHONPATH="$PWD" bash -c triton_fp8
+  cat /tmp/.stage.log
+fi
+
 if has_stage triton_peer; then
   triton_peer() {
     local seqlens=${PEER_SEQLENS:-"1024 2048 4096"} tool=benchmarks/experiments
