@@ -56,7 +56,7 @@ def _blocks(options):
 
 def test_smaller_launches_drop_stages_then_halve_the_larger_block():
     options = dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2, maxnreg=128, CAUSAL=True)
-    tried = list(shared_memory_fit.smaller_launches(options, resizable=True))
+    tried = list(shared_memory_fit.smaller_launches(options, shared_memory_fit.ATTENTION_BLOCKS))
     assert tried[0] == {**options, "num_stages": 1}  # the same tile, register cap included
     assert [_blocks(t)[:2] for t in tried[1::2]] == [(64, 64), (32, 64), (32, 32), (16, 32), (16, 16)]
     assert [_blocks(t)[2:] for t in tried[1:]] == [(4, 2), (4, 1)] * 5
@@ -65,14 +65,17 @@ def test_smaller_launches_drop_stages_then_halve_the_larger_block():
 
 def test_smaller_launches_keep_fp8_key_blocks_of_32():
     options = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1, IS_FP8=True)
-    tried = list(shared_memory_fit.smaller_launches(options, resizable=True))
+    tried = list(shared_memory_fit.smaller_launches(options, shared_memory_fit.ATTENTION_BLOCKS))
     assert [_blocks(t) for t in tried] == [(32, 64, 4, 1), (32, 32, 4, 1), (16, 32, 4, 1)]
 
 
 def test_smaller_launches_keep_fixed_blocks():
-    options = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_D=128)  # a launch naming no stages: Triton's default three
-    tried = list(shared_memory_fit.smaller_launches(options, resizable=False))
-    assert tried == [{**options, "num_stages": 2}, {**options, "num_stages": 1}]
+    options = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_D=128)  # a launch naming no stages: Triton's default three
+    assert list(shared_memory_fit.smaller_launches(options)) == [{**options, "num_stages": 2},
+                                                                 {**options, "num_stages": 1}]
+    keys_only = list(shared_memory_fit.smaller_launches(options, ("BLOCK_N",)))
+    assert [_blocks(t)[:2] for t in keys_only[2::3]] == [(64, 32), (64, 16)]
+    assert all(t["BLOCK_M"] == 64 and t["BLOCK_D"] == 128 for t in keys_only)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -129,3 +132,18 @@ def test_other_refusals_pass_through(monkeypatch):
     with pytest.raises(OutOfResources, match="threads"):
         triton_backend.forward(q, k, v, 32 ** -0.5)
     assert shared_memory_fit._fitted == {}
+
+
+def test_refused_kvcache_tiles_halve_the_key_block(monkeypatch):
+    """The split-KV attention kernel refused down to 16-key blocks (its query block fixes the grid and
+    stays): the same appends and outputs as reference_kvcache, with splits the host counted in
+    64-key blocks."""
+    from kvcache_checks import KvCase, check_kvcache
+
+    monkeypatch.setenv("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+    asked = _refusing(monkeypatch, lambda options: options["BLOCK_N"] > 16)
+    case = KvCase(batch=2, nheads=4, nheads_k=2, headdim=32, capacity=100, seqlen_q=2, seqlen_new=2, causal=True,
+                  num_splits=3, dtype=torch.float32)
+    check_kvcache(case, DEVICE)
+    tried = [_blocks(options)[:2] for name, options in asked if name == "kvcache_attention_kernel"]
+    assert tried[0] == (16, 64) and tried[-1] == (16, 16) and {m for m, n in tried} == {16}

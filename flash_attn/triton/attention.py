@@ -25,7 +25,7 @@ except ImportError:  # a Triton without host-made descriptors keeps the other bl
 from .. import dropout as dropout_lib
 from ..ops import FP8_OUT_DTYPE
 from ..validation import cuda_capability, nvidia_gpu
-from . import fp8_kernels, kernels, poison, tuning
+from . import fp8_kernels, kernels, poison, shared_memory_fit, tuning
 from .direct_launch import BoundLaunch, launch_kernel
 from .scratch import launch_with_scratch
 
@@ -582,7 +582,8 @@ class _ForwardPlan:
         self.block_d = pr.block_d
         self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
                             DESCRIPTORS=descriptors, GROUPED=grouped, **pr.meta(fixed), fixed_blocks=fixed,
-                            bound=_bound_launch(pr.varlen), resizable=not self.host_described)
+                            bound=_bound_launch(pr.varlen),
+                            shrinkable=() if self.host_described else shared_memory_fit.ATTENTION_BLOCKS)
         self.copy_launch = _bound_launch(pr.varlen) if fp8 else None  # of V's keys-contiguous copy
 
     def run(self, q, k, v, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state, descales):
@@ -750,8 +751,9 @@ class _BackwardPlan:
         dkdv_launch, dq_launch = _backward_launches(pr.block_d, q.dtype, q.device)
         meta = pr.meta(dkdv_launch, dq_launch)
         self.key_grid, self.query_grid = pr.key_grid(), pr.query_grid()
-        self.dkdv_options = dict(**meta, fixed_blocks=dkdv_launch, bound=_bound_launch(pr.varlen), resizable=True)
-        self.dq_options = dict(**meta, fixed_blocks=dq_launch, bound=_bound_launch(pr.varlen), resizable=True)
+        shrinkable = shared_memory_fit.ATTENTION_BLOCKS  # the grids follow both blocks
+        self.dkdv_options = dict(**meta, fixed_blocks=dkdv_launch, bound=_bound_launch(pr.varlen), shrinkable=shrinkable)
+        self.dq_options = dict(**meta, fixed_blocks=dq_launch, bound=_bound_launch(pr.varlen), shrinkable=shrinkable)
         self.delta_launch = _bound_launch(pr.varlen)
 
     def run(self, dout, q, k, v, out, lse, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state):

@@ -29,6 +29,12 @@ _attention_kernel = tuning.Launcher(kvcache_attention_kernel, tuning.KVCACHE_TIL
                                     tuning.INTERPRETER_TILES["kvcache"])
 
 
+# Where the GPU refuses the attention kernel's tile for shared memory (shared_memory_fit), its key
+# block may halve: the kernel splits the keys in blocks of BLOCK_N at run time, and a split the host
+# counted in larger blocks may then hold more of them or none. BLOCK_M fixes the grid: it stays.
+KVCACHE_SHRINKABLE = ("BLOCK_N",)
+
+
 def _blocks(seqlen_q, block_d):
     """(BLOCK_M, BLOCK_N): 16-row query blocks for decoding (tl.dot's smallest), 64 otherwise;
     32-key blocks above head dim 128, as the attention kernels' tiles. Fixed unless autotuned."""
@@ -120,7 +126,8 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
             *q.stride()[:3], *cache_strides, *out_parts.stride()[:4], *lse_parts.stride()[:3], stride_bt, slope_stride,
             cos.stride(0) if has_rotary else 0, seqlen_q, seqlen_new, capacity, slabs, page_size, max_pages,
             heads // heads_k, headdim, rotary_rows, rotary_half, float(softmax_scale), float(softcap), left, right,
-            splits, BLOCK_M=block_m, fixed_blocks=dict(BLOCK_N=block_n), BLOCK_D=block_d, PAGED=paged,
+            splits, BLOCK_M=block_m, fixed_blocks=dict(BLOCK_N=block_n), shrinkable=KVCACHE_SHRINKABLE,
+            BLOCK_D=block_d, PAGED=paged,
             HAS_BATCH_IDX=cache_batch_idx is not None, HAS_LEFTPAD=cache_leftpad is not None, HAS_ROTARY=has_rotary,
             INTERLEAVED=bool(rotary_interleaved), ROTARY_PER_TOKEN=left >= 0 or right >= 0,
             HAS_SOFTCAP=softcap > 0, HAS_ALIBI=alibi_slopes is not None, DOT_PRECISION=_dot_precision(q.dtype),

@@ -34,22 +34,24 @@ DEFAULT_STAGES = 3  # Triton's num_stages where a launch names none (NVIDIA's de
 _fitted = {}  # (kernel, device, the refused options' items) -> the options that loaded
 
 
-def smaller_launches(options, resizable):
+ATTENTION_BLOCKS = ("BLOCK_M", "BLOCK_N")
+
+
+def smaller_launches(options, shrinkable=()):
     """The launch options to try, in order, after `options` was refused: the same blocks with fewer
-    stages (down to 1); then, where the blocks may change (resizable: the grid is a function of them
-    and no host-made descriptor fixes them), the larger of BLOCK_M / BLOCK_N halved (BLOCK_M on a tie)
-    while one is above its smallest (SMALLEST_BLOCK; an fp8 forward's BLOCK_N SMALLEST_FP8_KEY_BLOCK),
-    each at most HALVED_TILE_WARPS warps, without a register cap, again from the original stages down."""
+    stages (down to 1); then the larger of the shrinkable blocks (names among ATTENTION_BLOCKS whose
+    size the grid follows or the kernel reads at run time, and no host-made descriptor fixes) halved,
+    BLOCK_M on a tie, while one is above its smallest (SMALLEST_BLOCK; an fp8 forward's BLOCK_N
+    SMALLEST_FP8_KEY_BLOCK), each at most HALVED_TILE_WARPS warps, without a register cap, again from
+    the original stages down."""
     stages = options.get("num_stages", DEFAULT_STAGES)
     for fewer in range(stages - 1, 0, -1):
         yield {**options, "num_stages": fewer}
-    if not resizable:
-        return
     smallest = dict(BLOCK_M=SMALLEST_BLOCK, BLOCK_N=SMALLEST_FP8_KEY_BLOCK if options.get("IS_FP8") else SMALLEST_BLOCK)
     blocks = dict(options)
     blocks.pop("maxnreg", None)
     while True:
-        halvable = [name for name in ("BLOCK_M", "BLOCK_N") if blocks[name] > smallest[name]]
+        halvable = [name for name in shrinkable if blocks[name] > smallest[name]]
         if not halvable:
             return
         larger = max(halvable, key=lambda name: (blocks[name], name == "BLOCK_M"))
@@ -65,11 +67,11 @@ def _key(kernel, options):
     return kernel, device, tuple(sorted(options.items()))
 
 
-def launch_fitted(kernel, grid, args, options, bound=None, resizable=False):
+def launch_fitted(kernel, grid, args, options, bound=None, shrinkable=()):
     """kernel[grid](*args, **options) through launch_kernel, or where the GPU refuses it for shared
-    memory, the first of smaller_launches(options, resizable) that it takes (remembered); raises the
-    first refusal where none is taken. grid: a function of the launch's meta-parameters wherever
-    resizable."""
+    memory, the first of smaller_launches(options, shrinkable) that it takes (remembered); raises the
+    first refusal where none is taken. grid: a function of the launch's meta-parameters wherever a
+    block it depends on is shrinkable."""
     fitted = _fitted.get(_key(kernel, options)) if _fitted else None  # empty unless a GPU refused a launch
     if fitted is not None:
         launch_kernel(kernel, grid, args, fitted, bound)
@@ -81,7 +83,7 @@ def launch_fitted(kernel, grid, args, options, bound=None, resizable=False):
         if not _refused_for_shared_memory(refusal):
             raise
         first_refusal = refusal
-    for smaller in smaller_launches(options, resizable):
+    for smaller in smaller_launches(options, shrinkable):
         try:
             launch_kernel(kernel, grid, args, smaller, bound)
         except Exception as refusal:
