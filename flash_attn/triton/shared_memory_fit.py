@@ -5,8 +5,8 @@ take 227 KB of shared memory. Other GPUs offer less to a block: A100 163 KB, the
 sm_120 parts 99 KB. Triton 3.6's offline compiles (benchmarks/experiments/triton_static_regs.py,
 NOTES.md v50) need more than that for many of them: at hd 128 the bf16 forward's 128 x 128 tile
 160 KB on sm_80 / sm_89, the backward's 129 / 128 KB, the portable 64 x 64 backward tiles 105 KB on
-sm_89; the bf16 hd 256 dQ tile 168 KB on sm_80; fp32 inputs at hd 128 / 256 176-209 KB on every
-arch. Triton refuses such a kernel when it loads it, before anything launches (OutOfResources), as
+sm_89; the bf16 hd 256 dQ tile 168 KB on sm_80; the portable tiles of fp32 inputs at hd 128 / 256
+164-209 KB (over A100's limit too). Triton refuses such a kernel when it loads it, before anything launches (OutOfResources), as
 its autotuner refuses the configs it then skips. A fixed launch refused so tries smaller_launches'
 options in turn and keeps the first that loads, remembered per kernel, device and options, so that
 only a shape's first call pays the refused compiles. Shared memory is not monotonic in num_stages
@@ -31,10 +31,10 @@ SMALLEST_FP8_KEY_BLOCK = 32
 HALVED_TILE_WARPS = 4  # the portable tiles' warps: a halved tile runs at most these
 DEFAULT_STAGES = 3  # Triton's num_stages where a launch names none (NVIDIA's default)
 
-_fitted = {}  # (kernel, device, the refused options' items) -> the options that loaded
-
-
+# The blocks of the attention kernels (forward, dK / dV, dQ), both of which their grids follow.
 ATTENTION_BLOCKS = ("BLOCK_M", "BLOCK_N")
+
+_fitted = {}  # (kernel, device, the refused options' items) -> the options that loaded
 
 
 def smaller_launches(options, shrinkable=()):
@@ -96,4 +96,5 @@ def launch_fitted(kernel, grid, args, options, bound=None, shrinkable=()):
 
 
 def _refused_for_shared_memory(error):
+    """Whether `error` is Triton's refusal to load a kernel for its shared memory."""
     return OutOfResources is not None and isinstance(error, OutOfResources) and error.name == "shared memory"
