@@ -4,7 +4,7 @@ resource usage): the fixed tiles the host picks on NVIDIA GPUs (flash_attn/trito
 given ones, per kernel, head dim, dtype and feature flags. A static check, not a timing: spills and
 register counts decide occupancy, not speed. Runs on a CPU-only machine (no TRITON_INTERPRET).
 
-    python benchmarks/experiments/triton_static_regs.py [--arch 90] [--headdims 64 128]
+    python benchmarks/experiments/triton_static_regs.py [--arch 90 | --arch gfx942] [--headdims 64 128]
         [--dtypes bf16 fp16] [--kernels forward dkdv dq] [--tiles 128,64,8,3 ...] [--features plain causal ...]
 
 Features: plain (non-causal, key length a multiple of 128: one whole-block walk), causal (the masked
@@ -15,7 +15,9 @@ host (forward only: causal, Q / K / V / Out through host-made descriptors; fp8: 
 copy), host_plain (host, non-causal), grouped (forward only: the 1D grid of schedule groups of more
 than one pair, GROUPED; every other feature compiles the grid of groups of one). Features combine with
 "+", e.g. host+grouped (later ones override earlier ones' flags).
-Each row: the compiled kernel's registers per thread, stack (spill) bytes, and shared memory.
+Each row: the compiled kernel's registers per thread, stack (spill) bytes, and shared memory. For an
+AMD target (--arch gfx942, gfx90a; the wheel's own LLVM, no ROCm needed): VGPRs (the unified count,
+AGPRs included), scratch bytes a lane and LDS, the host's tiles being the portable blocks.
 """
 
 import argparse
@@ -62,13 +64,13 @@ def block_source(feature):
     return named[-1] if named else kernels.POINTER_BLOCKS.value
 
 
-def compile_one(name, dtype_name, block_d, tile, feature, arch, cubin_dir=None):
-    """(registers, stack bytes, shared bytes) of one compiled kernel; its cubin is kept in cubin_dir
-    where one is given (for cuobjdump -sass and sass_loops.py)."""
+def compile_kernel(name, dtype_name, block_d, tile, feature, target):
+    """Triton's CompiledKernel of one kernel for a GPUTarget (no GPU needed); on AMD targets without
+    the register cap, which Triton takes on NVIDIA only."""
     fn = KERNELS[name]
     element = TRITON_TYPES[dtype_name]
     constexprs = dict(BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"], BLOCK_D=block_d,
-                      DOT_PRECISION="ieee" if dtype_name == "fp32" else "tf32", **flags(feature))
+                      DOT_PRECISION=attention.DOT_PRECISION, **flags(feature))
     source_of_blocks = block_source(feature)
     grouped = constexprs.pop("GROUPED", False)
     if name == "forward":
@@ -101,9 +103,29 @@ def compile_one(name, dtype_name, block_d, tile, feature, arch, cubin_dir=None):
             if arg.startswith("stride_") or arg in ("headdim", "seqlen_q", "seqlen_k"):
                 attrs[(index,)] = [["tt.divisibility", 16]]
     source = ASTSource(fn, signature, {(fn.arg_names.index(k),): v for k, v in constexprs.items()}, attrs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
-                              options=dict(num_warps=tile.get("num_warps", 4), num_stages=tile.get("num_stages", 3),
-                                           **({"maxnreg": tile["maxnreg"]} if tile.get("maxnreg") else {})))
+    default_stages = 3 if target.backend == "cuda" else 2  # Triton's defaults: CUDAOptions, HIPOptions
+    options = dict(num_warps=tile.get("num_warps", 4), num_stages=tile.get("num_stages", default_stages))
+    if tile.get("maxnreg") and target.backend == "cuda":
+        options["maxnreg"] = tile["maxnreg"]
+    return triton.compile(source, target=target, options=options)
+
+
+def amd_resources(compiled):
+    """(VGPRs, scratch bytes a lane (spills), LDS bytes) of a kernel compiled for an AMD target, from
+    its AMDGCN assembly's metadata and Triton's."""
+    text = compiled.asm["amdgcn"]
+    vgprs = re.search(r"\.vgpr_count:\s+(\d+)", text)
+    scratch = re.search(r"\.private_segment_fixed_size:\s+(\d+)", text)
+    return int(vgprs[1]), int(scratch[1]), compiled.metadata.shared
+
+
+def compile_one(name, dtype_name, block_d, tile, feature, arch, cubin_dir=None):
+    """(registers, stack bytes, shared bytes) of one kernel compiled for sm_`arch`, or for an AMD
+    target where arch names one ("gfx942": VGPRs, scratch bytes, LDS bytes); the cubin is kept in
+    cubin_dir where one is given (for cuobjdump -sass and sass_loops.py)."""
+    if str(arch).startswith("gfx"):
+        return amd_resources(compile_kernel(name, dtype_name, block_d, tile, feature, GPUTarget("hip", arch, 64)))
+    compiled = compile_kernel(name, dtype_name, block_d, tile, feature, GPUTarget("cuda", int(arch), 32))
     if cubin_dir is not None:
         tile_name = "_".join(str(tile.get(key, "")) for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages",
                                                                  "maxnreg"))
@@ -118,8 +140,11 @@ def compile_one(name, dtype_name, block_d, tile, feature, arch, cubin_dir=None):
     return int(found[1]), int(found[2]), compiled.metadata.shared
 
 
-def host_tiles(name, dtype, block_d):
-    """The host's fixed launch options of kernel `name` on an NVIDIA GPU."""
+def host_tiles(name, dtype, block_d, amd=False):
+    """The host's fixed launch options of kernel `name` on an NVIDIA GPU, or on an AMD one (amd: the
+    portable blocks, Triton's default warps and stages)."""
+    if amd:
+        return attention._launch_options(None, block_d)
     cuda = torch.device("cuda")
     if name == "forward":
         return attention._forward_launch(block_d, dtype, cuda)
@@ -134,7 +159,7 @@ def parse_tile(text):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--arch", default="90", help="an sm_ number (90), or an AMD target (gfx942)")
     parser.add_argument("--headdims", nargs="+", type=int, default=(64, 128))
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=("bf16",))
     parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=("forward", "dkdv", "dq"))
@@ -143,7 +168,9 @@ def main():
     parser.add_argument("--features", nargs="+", default=("plain", "causal"))
     parser.add_argument("--cubins", help="a folder to keep each compiled kernel's cubin in")
     args = parser.parse_args()
-    print(f"triton {triton.__version__}, sm_{args.arch}")
+    amd = args.arch.startswith("gfx")
+    print(f"triton {triton.__version__}, {args.arch if amd else 'sm_' + args.arch}"
+          + (" (regs: VGPRs; stack B: scratch a lane; smem B: LDS)" if amd else ""))
     print("| kernel | dtype | hd | feature | tile | regs | stack B | smem B |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.kernels:
@@ -153,10 +180,10 @@ def main():
             for headdim in args.headdims:
                 for feature in args.features:
                     block_d = triton.next_power_of_2(headdim)
-                    for tile in args.tiles or [host_tiles(name, DTYPES[dtype_name], block_d)]:
+                    for tile in args.tiles or [host_tiles(name, DTYPES[dtype_name], block_d, amd)]:
                         cap = f" r{tile['maxnreg']}" if tile.get("maxnreg") else ""
                         text = (f"{tile['BLOCK_M']}x{tile['BLOCK_N']} w{tile.get('num_warps', 4)} "
-                                f"s{tile.get('num_stages', 3)}{cap}")
+                                f"s{tile.get('num_stages', 2 if amd else 3)}{cap}")
                         try:
                             regs, stack, smem = compile_one(name, dtype_name, block_d, tile, feature, args.arch,
                                                              args.cubins)

@@ -355,9 +355,12 @@ def _rng_state_arg(rng_state, dropout, unread):
     return torch.zeros(2, dtype=torch.int64, device=unread.device) if dropout else unread
 
 
-def _dot_precision(dtype):
-    """fp32 inputs multiply in full fp32 ("ieee"), not TF32: the fp32 path is for accuracy."""
-    return "ieee" if dtype == torch.float32 else "tf32"
+# tl.dot's input_precision in every kernel (their DOT_PRECISION): fp32 inputs multiply in full fp32,
+# not TF32, as the fp32 path is for accuracy. 16-bit and fp8 operands ignore it on NVIDIA GPUs (Triton
+# 3.6 for sm_90, offline: the same SASS with "tf32" for nine forward / dK dV / dQ kernels of bf16, fp16
+# and fp8; NOTES.md v50 item 3), but Triton's MI200 (gfx90a) backend refuses "tf32" outright, which had
+# kept every kernel from compiling there until session 45.
+DOT_PRECISION = "ieee"
 
 
 class _Problem:
@@ -437,7 +440,7 @@ class _Problem:
         clip_right = self.right >= 0 or self.varlen or self.seqlen_k % block_n_bound != 0
         return dict(BLOCK_D=self.block_d, VARLEN=self.varlen, HAS_SOFTCAP=self.softcap > 0,
                     HAS_ALIBI=self.has_alibi, HAS_DROPOUT=self.dropout_p > 0,
-                    DOT_PRECISION=_dot_precision(self.dtype), PAD_D=self.pad_d,
+                    DOT_PRECISION=DOT_PRECISION, PAD_D=self.pad_d,
                     CLIP_LEFT=self.left >= 0, CLIP_RIGHT=clip_right)
 
 

@@ -14,7 +14,7 @@ import triton
 
 from ..reference_kvcache import cache_capacity
 from . import poison, tuning
-from .attention import (MAX_GRID_YZ, _dot_precision, check_grid_dims, check_offsets, check_tensors,
+from .attention import (DOT_PRECISION, MAX_GRID_YZ, check_grid_dims, check_offsets, check_tensors,
                         within_offset_limit)
 from .kvcache_kernels import kvcache_append_kernel, kvcache_attention_kernel, kvcache_combine_kernel
 
@@ -130,6 +130,6 @@ def forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
             BLOCK_D=block_d, PAGED=paged,
             HAS_BATCH_IDX=cache_batch_idx is not None, HAS_LEFTPAD=cache_leftpad is not None, HAS_ROTARY=has_rotary,
             INTERLEAVED=bool(rotary_interleaved), ROTARY_PER_TOKEN=left >= 0 or right >= 0,
-            HAS_SOFTCAP=softcap > 0, HAS_ALIBI=alibi_slopes is not None, DOT_PRECISION=_dot_precision(q.dtype),
+            HAS_SOFTCAP=softcap > 0, HAS_ALIBI=alibi_slopes is not None, DOT_PRECISION=DOT_PRECISION,
             WIDE_CACHE=wide_cache)
     return _combine(out_parts, lse_parts, q.dtype)
