@@ -2,8 +2,9 @@
 FlashAttention's AMD users reach with FLASH_ATTENTION_TRITON_AMD_ENABLE): no AMD GPU has run them, so
 this is the one guard that a kernel change keeps the ROCm build possible. The forward, dK / dV and dQ
 kernels with the blocks ROCm launches (the portable ones, Triton's default warps and stages), in bf16
-under a causal mask with dropout (the most code), compiled for MI300 (gfx942) and MI200 (gfx90a) by the
-Triton wheel's own LLVM (benchmarks/experiments/triton_static_regs.py, in a process of its own: the
+under a causal mask with dropout (the most code), and the split-KV attention kernel with decode blocks
+and every flag on (paged, rotary, softcap, ALiBi, ...), compiled for MI300 (gfx942) and MI200
+(gfx90a) by the Triton wheel's own LLVM (benchmarks/experiments/triton_static_regs.py, in a process of its own: the
 interpreter that conftest.py turns on replaces the kernels this compile needs). Each must fit the
 64 KB of LDS a workgroup gets there (Triton refuses a larger one when it loads it). CPU only."""
 
@@ -25,7 +26,7 @@ ROW = re.compile(r"^\| (\w+) \| (\w+) \| (\d+) \| ([\w+]+) \| ([^|]+) \| (\w+) \
 def compiled_rows(arch, headdims):
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, str(TOOL), "--arch", arch, "--headdims", *map(str, headdims),
-                           "--dtypes", "bf16", "--features", "dropout"],
+                           "--kernels", "forward", "dkdv", "dq", "kvcache", "--dtypes", "bf16", "--features", "dropout"],
                           capture_output=True, text=True, env=environment, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return [ROW.match(line).groups() for line in done.stdout.splitlines() if ROW.match(line)]
@@ -34,7 +35,7 @@ def compiled_rows(arch, headdims):
 @pytest.mark.parametrize("arch,headdims", [("gfx942", (64, 128, 256)), ("gfx90a", (128,))])
 def test_attention_kernels_compile_for_amd(arch, headdims):
     rows = compiled_rows(arch, headdims)
-    assert len(rows) == 3 * len(headdims)  # kernels x head dims
+    assert len(rows) == 4 * len(headdims)  # kernels x head dims
     for kernel, dtype, headdim, feature, tile, vgprs, scratch, lds in rows:
         assert vgprs.isdigit(), f"{kernel} {dtype} hd {headdim} did not compile for {arch}: {vgprs}"
         assert int(lds) <= LDS_BYTES, f"{kernel} {dtype} hd {headdim} ({tile}) takes {lds} B of LDS on {arch}"

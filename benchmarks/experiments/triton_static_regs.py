@@ -14,7 +14,9 @@ below its block, as hd 96 in a block of 128: the loads' head-dim masks), fp8 (fo
 host (forward only: causal, Q / K / V / Out through host-made descriptors; fp8: V's keys-contiguous
 copy), host_plain (host, non-causal), grouped (forward only: the 1D grid of schedule groups of more
 than one pair, GROUPED; every other feature compiles the grid of groups of one). Features combine with
-"+", e.g. host+grouped (later ones override earlier ones' flags).
+"+", e.g. host+grouped (later ones override earlier ones' flags). The kvcache kernel (the split-KV
+attention kernel, decode blocks) reads "plain" as every flag off and any other feature as every
+flag on (kvcache_flags).
 Each row: the compiled kernel's registers per thread, stack (spill) bytes, and shared memory. For an
 AMD target (--arch gfx942, gfx90a; the wheel's own LLVM, no ROCm needed): VGPRs (the unified count,
 AGPRs included), scratch bytes a lane and LDS, the host's tiles being the portable blocks.
@@ -33,12 +35,17 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from flash_attn.triton import attention, kernels, tuning  # noqa: E402
+from flash_attn.triton import attention, kernels, kvcache, kvcache_kernels, tuning  # noqa: E402
 
 KERNELS = {"forward": kernels.attention_forward_kernel, "dkdv": kernels.attention_backward_dkdv_kernel,
-           "dq": kernels.attention_backward_dq_kernel}
+           "dq": kernels.attention_backward_dq_kernel, "kvcache": kvcache_kernels.kvcache_attention_kernel}
 POINTERS = {"Lse": "fp32", "Delta": "fp32", "CuQ": "i32", "CuK": "i32", "Slopes": "fp32", "Rng": "i64",
             "Descales": "fp32"}
+# The split-KV attention kernel's pointers that are not of the inputs' dtype (its partial outputs are fp32)
+KVCACHE_POINTERS = {**POINTERS, "Out": "fp32", "SeqlensK": "i32", "BatchIdx": "i32", "LeftPad": "i32",
+                    "BlockTable": "i32"}
+KVCACHE_FLAGS = ("PAGED", "HAS_BATCH_IDX", "HAS_LEFTPAD", "HAS_ROTARY", "INTERLEAVED", "ROTARY_PER_TOKEN",
+                 "HAS_SOFTCAP", "HAS_ALIBI", "WIDE_CACHE")
 FLOATS = ("scale", "softcap", "keep_scale")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": attention.FP8_DTYPE}
 TRITON_TYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8e4nv"}
@@ -56,6 +63,13 @@ def flags(feature):
     return flags
 
 
+def kvcache_flags(feature):
+    """The split-KV attention kernel's constexpr flags: "plain" every one off, any other feature every
+    one on (paged, batch index, left padding, interleaved rotary per token, softcap, ALiBi, 64-bit
+    cache addressing: the most code)."""
+    return {flag: feature != "plain" for flag in KVCACHE_FLAGS}
+
+
 def block_source(feature):
     """kernels' DESCRIPTORS value of a feature (the last of its parts that names a block source)."""
     sources = {"descriptors": kernels.DEVICE_KV_DESCRIPTORS.value, "host": kernels.HOST_DESCRIPTORS.value,
@@ -70,9 +84,11 @@ def compile_kernel(name, dtype_name, block_d, tile, feature, target):
     fn = KERNELS[name]
     element = TRITON_TYPES[dtype_name]
     constexprs = dict(BLOCK_M=tile["BLOCK_M"], BLOCK_N=tile["BLOCK_N"], BLOCK_D=block_d,
-                      DOT_PRECISION=attention.DOT_PRECISION, **flags(feature))
+                      DOT_PRECISION=attention.DOT_PRECISION)
+    constexprs.update(kvcache_flags(feature) if name == "kvcache" else flags(feature))
     source_of_blocks = block_source(feature)
     grouped = constexprs.pop("GROUPED", False)
+    pointers = KVCACHE_POINTERS if name == "kvcache" else POINTERS
     if name == "forward":
         constexprs.update(IS_FP8=dtype_name == "fp8", INTERPRETER_ROUNDING=False, DESCRIPTORS=source_of_blocks,
                           GROUPED=grouped)
@@ -90,8 +106,8 @@ def compile_kernel(name, dtype_name, block_d, tile, feature, target):
             if dtype_name == "fp8" and arg == "V":  # its keys-contiguous copy: the head's dims by keys
                 block = f"1, {block_d}, {rows}"
             signature[arg] = f"tensordesc<{'bf16' if arg == 'Out' and dtype_name == 'fp8' else element}[{block}]>"
-        elif arg in POINTERS:
-            signature[arg] = "*" + POINTERS[arg]
+        elif arg in pointers:
+            signature[arg] = "*" + pointers[arg]
             attrs[(index,)] = [["tt.divisibility", 16]]
         elif arg[0].isupper():
             signature[arg] = "*" + ("bf16" if arg == "Out" and dtype_name == "fp8" else element)
@@ -143,6 +159,9 @@ def compile_one(name, dtype_name, block_d, tile, feature, arch, cubin_dir=None):
 def host_tiles(name, dtype, block_d, amd=False):
     """The host's fixed launch options of kernel `name` on an NVIDIA GPU, or on an AMD one (amd: the
     portable blocks, Triton's default warps and stages)."""
+    if name == "kvcache":  # a decode call's blocks, on every GPU
+        block_m, block_n = kvcache._blocks(1, block_d)
+        return dict(BLOCK_M=block_m, BLOCK_N=block_n)
     if amd:
         return attention._launch_options(None, block_d)
     cuda = torch.device("cuda")
