@@ -26,7 +26,8 @@ ROW = re.compile(r"^\| (\w+) \| (\w+) \| (\d+) \| ([\w+]+) \| ([^|]+) \| (\w+) \
 def compiled_rows(arch, headdims):
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, str(TOOL), "--arch", arch, "--headdims", *map(str, headdims),
-                           "--kernels", "forward", "dkdv", "dq", "kvcache", "--dtypes", "bf16", "--features", "dropout"],
+                           "--kernels", "forward", "dkdv", "dq", "kvcache", "--dtypes", "bf16",
+                           "--features", "dropout"],
                           capture_output=True, text=True, env=environment, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return [ROW.match(line).groups() for line in done.stdout.splitlines() if ROW.match(line)]

@@ -70,11 +70,12 @@ def test_smaller_launches_keep_fp8_key_blocks_of_32():
 
 
 def test_smaller_launches_keep_fixed_blocks():
-    options = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_D=128)  # a launch naming no stages: Triton's default three
-    assert list(shared_memory_fit.smaller_launches(options)) == [{**options, "num_stages": 2},
-                                                                 {**options, "num_stages": 1}]
+    options = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_D=128)  # a launch naming no stages: Triton's default
+    stages = shared_memory_fit.DEFAULT_STAGES
+    assert list(shared_memory_fit.smaller_launches(options)) == [{**options, "num_stages": fewer}
+                                                                 for fewer in range(stages - 1, 0, -1)]
     keys_only = list(shared_memory_fit.smaller_launches(options, ("BLOCK_N",)))
-    assert [_blocks(t)[:2] for t in keys_only[2::3]] == [(64, 32), (64, 16)]
+    assert [_blocks(t)[:2] for t in keys_only[stages - 1::stages]] == [(64, 32), (64, 16)]
     assert all(t["BLOCK_M"] == 64 and t["BLOCK_D"] == 128 for t in keys_only)
 
 

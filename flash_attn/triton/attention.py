@@ -755,7 +755,8 @@ class _BackwardPlan:
         meta = pr.meta(dkdv_launch, dq_launch)
         self.key_grid, self.query_grid = pr.key_grid(), pr.query_grid()
         shrinkable = shared_memory_fit.ATTENTION_BLOCKS  # the grids follow both blocks
-        self.dkdv_options = dict(**meta, fixed_blocks=dkdv_launch, bound=_bound_launch(pr.varlen), shrinkable=shrinkable)
+        self.dkdv_options = dict(**meta, fixed_blocks=dkdv_launch, bound=_bound_launch(pr.varlen),
+                                 shrinkable=shrinkable)
         self.dq_options = dict(**meta, fixed_blocks=dq_launch, bound=_bound_launch(pr.varlen), shrinkable=shrinkable)
         self.delta_launch = _bound_launch(pr.varlen)
 

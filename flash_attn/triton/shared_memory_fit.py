@@ -2,16 +2,18 @@
 
 The fixed tiles (attention.py's tables, the portable blocks) were chosen on Hopper, whose blocks may
 take 227 KB of shared memory. Other GPUs offer less to a block: A100 163 KB, the sm_86 / sm_89 /
-sm_120 parts 99 KB. Triton 3.6's offline compiles (benchmarks/experiments/triton_static_regs.py,
-NOTES.md v50) need more than that for many of them: at hd 128 the bf16 forward's 128 x 128 tile
-160 KB on sm_80 / sm_89, the backward's 129 / 128 KB, the portable 64 x 64 backward tiles 105 KB on
-sm_89; the bf16 hd 256 dQ tile 168 KB on sm_80; the portable tiles of fp32 inputs at hd 128 / 256
-164-209 KB (over A100's limit too). Triton refuses such a kernel when it loads it, before anything launches (OutOfResources), as
-its autotuner refuses the configs it then skips. A fixed launch refused so tries smaller_launches'
-options in turn and keeps the first that loads, remembered per kernel, device and options, so that
-only a shape's first call pays the refused compiles. Shared memory is not monotonic in num_stages
-(hd 256 dK / dV 64 x 64 on sm_89: 137 KB at 2 stages, 160 KB at 1), hence the trials rather than an
-estimate. No GPU short of Hopper's shared memory has run this; on Hopper no table tile is refused.
+sm_120 parts 99 KB, AMD's CDNA 64 KB of LDS. Triton 3.6's offline compiles
+(benchmarks/experiments/triton_static_regs.py, NOTES.md v50) need more than that for many of them: at
+hd 128 the bf16 forward's 128 x 128 tile 160 KB on sm_80 / sm_89, the backward's 129 / 128 KB, the
+portable 64 x 64 backward tiles 105 KB on sm_89; the bf16 hd 256 dQ tile 168 KB on sm_80; the
+portable tiles of fp32 inputs at hd 128 / 256 164-209 KB (over A100's limit too); the split-KV kernel
+in fp32 at hd 128 / 256 66-68 KB on gfx942. Triton refuses such a kernel when it loads it, before
+anything launches (OutOfResources), as its autotuner refuses the configs it then skips. A fixed launch
+refused so tries smaller_launches' options in turn and keeps the first that loads, remembered per
+kernel, device and options, so that only a shape's first call pays the refused compiles. Shared
+memory is not monotonic in num_stages (hd 256 dK / dV 64 x 64 on sm_89: 137 KB at 2 stages, 160 KB
+at 1), hence the trials rather than an estimate. No GPU short of Hopper's shared memory has run
+this; on Hopper no table tile is refused.
 """
 
 import torch
@@ -29,7 +31,7 @@ from .direct_launch import launch_kernel
 SMALLEST_BLOCK = 16
 SMALLEST_FP8_KEY_BLOCK = 32
 HALVED_TILE_WARPS = 4  # the portable tiles' warps: a halved tile runs at most these
-DEFAULT_STAGES = 3  # Triton's num_stages where a launch names none (NVIDIA's default)
+DEFAULT_STAGES = 2 if torch.version.hip else 3  # Triton's num_stages where a launch names none (HIP's, CUDA's)
 
 # The blocks of the attention kernels (forward, dK / dV, dQ), both of which their grids follow.
 ATTENTION_BLOCKS = ("BLOCK_M", "BLOCK_N")
