@@ -11,7 +11,7 @@ triton_tile_sweep.py names them ("default", "BLOCK_M,BLOCK_N,warps,stages[,maxnr
 for the forward's block source, then ":MiB" for its schedule groups, e.g. "default:0"), --rounds
 times the whole set that many times (rounds show the spread). --fp8 makes the candidates fp8
 forward settings ("@0" pointers, "@2" host-made descriptors) after ours in bf16, without the
-tutorial. --backward times the backward instead: torch.autograd.grad of a retained forward graph
+tutorial, and ends with each candidate's speed over bf16 per shape (fp8_speedups). --backward times the backward instead: torch.autograd.grad of a retained forward graph
 (the tutorial comparison's backward call), ours and, under a causal mask only (the only one its
 backward takes), the tutorial's; its candidates are "dK / dV tile/dQ tile" pairs, each checked
 against the default tiles' gradients. --without-tutorial times ours alone (for a second tree's run
@@ -96,6 +96,23 @@ def backward_calls(q, k, v, causal, tutorial, candidates=(DEFAULT,)):
     return calls
 
 
+def fp8_speedups(times):
+    """Lines of a table of each fp8 candidate's speed over ours in bf16 (bf16 time / fp8 time) per
+    shape, by kernel time and by do_bench, rounds joined by " / ": the number #9's target (1.3x at hd
+    128 from 4k keys) constrains. times: {(hd, seqlen, causal): {who: [(kernel, back-to-back,
+    do_bench) per round]}}."""
+    lines = ["fp8 over bf16 (bf16 time / fp8 time), rounds joined by /:",
+             "| hd | seqlen | causal | who | by kernel time | by do_bench |", "|---|---|---|---|---|---|"]
+    for (hd, seqlen, causal), by_who in times.items():
+        bf16 = by_who["ours bf16"]
+        for who, rows in by_who.items():
+            if who == "ours bf16":
+                continue
+            ratios = [" / ".join(f"{base[i] / row[i]:.2f}" for base, row in zip(bf16, rows)) for i in (0, 2)]
+            lines.append(f"| {hd} | {seqlen} | {causal} | {who} | {ratios[0]} | {ratios[1]} |")
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--headdims", nargs="+", type=int, default=(64, 128))
@@ -121,8 +138,9 @@ def main():
     print(f"{torch.cuda.get_device_name()}, 16 heads, 16k tokens, {pass_name}, µs per call")
     print("| hd | seqlen | causal | who | kernel | back-to-back | do_bench |")
     print("|---|---|---|---|---|---|---|")
-    split = []
-    for _, hd, seqlen, causal in itertools.product(range(args.rounds), args.headdims, args.seqlens, (False, True)):
+    split, times = [], {}
+    for round_, hd, seqlen, causal in itertools.product(range(args.rounds), args.headdims, args.seqlens,
+                                                        (False, True)):
         batch = TOKENS // seqlen
         q, k, v = (torch.randn(batch, seqlen, HEADS, hd, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         calls = (backward_calls(q, k, v, causal, tutorial, args.candidates) if args.backward
@@ -132,8 +150,11 @@ def main():
                 kernel, shares = kernel_us(call)
                 row = (kernel, wall_us(call, steps=200, warmup=1), do_bench(call, warmup=25, rep=100) * 1e3)
             print(f"| {hd} | {seqlen} | {causal} | {who} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
+            times.setdefault((hd, seqlen, causal), {}).setdefault(who, []).append(row)
             split.append(f"{hd} / {seqlen} / causal {causal} / {who}: " + ", ".join(
                 f"{name[:48]} {us:.1f}" for name, us in sorted(shares.items(), key=lambda item: -item[1])))
+    if args.fp8:
+        print("\n" + "\n".join(fp8_speedups(times)))
     print("\nkernel column by kernel (µs per call):")
     print("\n".join(f"- {line}" for line in split))
     if CANDIDATE_DIFFERENCES:
