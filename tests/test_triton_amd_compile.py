@@ -1,12 +1,13 @@
 """The Triton backend's attention kernels compile for AMD GPUs (issue #9: a portable backend that
 FlashAttention's AMD users reach with FLASH_ATTENTION_TRITON_AMD_ENABLE): no AMD GPU has run them, so
-this is the one guard that a kernel change keeps the ROCm build possible. The forward, dK / dV and dQ
-kernels with the blocks ROCm launches (the portable ones, Triton's default warps and stages), in bf16
-under a causal mask with dropout (the most code), and the split-KV attention kernel with decode blocks
-and every flag on (paged, rotary, softcap, ALiBi, ...), compiled for MI300 (gfx942) and MI200
-(gfx90a) by the Triton wheel's own LLVM (benchmarks/experiments/triton_static_regs.py, in a process of its own: the
-interpreter that conftest.py turns on replaces the kernels this compile needs). Each must fit the
-64 KB of LDS a workgroup gets there (Triton refuses a larger one when it loads it). CPU only."""
+this is the one guard that a kernel change keeps the ROCm build possible. Compiled: the forward, dK /
+dV and dQ kernels with the blocks ROCm launches (the portable ones, Triton's default warps and
+stages), in bf16 under a causal mask with dropout (the most code), and the split-KV attention kernel
+with decode blocks and every flag on (paged, rotary, softcap, ALiBi, ...), for MI300 (gfx942) and
+MI200 (gfx90a), by the Triton wheel's own LLVM. The compile runs benchmarks/experiments/
+triton_static_regs.py in a process of its own: the interpreter that conftest.py turns on replaces the
+kernels this compile needs. Each kernel must fit the 64 KB of LDS a workgroup gets there (Triton
+refuses a larger one when it loads it). CPU only."""
 
 import os
 import re

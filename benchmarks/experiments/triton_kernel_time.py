@@ -11,8 +11,9 @@ triton_tile_sweep.py names them ("default", "BLOCK_M,BLOCK_N,warps,stages[,maxnr
 for the forward's block source, then ":MiB" for its schedule groups, e.g. "default:0"), --rounds
 times the whole set that many times (rounds show the spread). --fp8 makes the candidates fp8
 forward settings ("@0" pointers, "@2" host-made descriptors) after ours in bf16, without the
-tutorial, and ends with each candidate's speed over bf16 per shape (fp8_speedups). --backward times the backward instead: torch.autograd.grad of a retained forward graph
-(the tutorial comparison's backward call), ours and, under a causal mask only (the only one its
+tutorial, and ends with each candidate's speed over bf16 per shape (fp8_speedups). --backward
+times the backward instead: torch.autograd.grad of a retained forward graph (the tutorial
+comparison's backward call), ours and, under a causal mask only (the only one its
 backward takes), the tutorial's; its candidates are "dK / dV tile/dQ tile" pairs, each checked
 against the default tiles' gradients. --without-tutorial times ours alone (for a second tree's run
 beside one with it).
@@ -139,8 +140,7 @@ def main():
     print("| hd | seqlen | causal | who | kernel | back-to-back | do_bench |")
     print("|---|---|---|---|---|---|---|")
     split, times = [], {}
-    for round_, hd, seqlen, causal in itertools.product(range(args.rounds), args.headdims, args.seqlens,
-                                                        (False, True)):
+    for _, hd, seqlen, causal in itertools.product(range(args.rounds), args.headdims, args.seqlens, (False, True)):
         batch = TOKENS // seqlen
         q, k, v = (torch.randn(batch, seqlen, HEADS, hd, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         calls = (backward_calls(q, k, v, causal, tutorial, args.candidates) if args.backward
