@@ -12,7 +12,7 @@ triton = pytest.importorskip("triton", reason="triton is not installed")
 from triton.runtime.errors import OutOfResources  # noqa: E402 - after the skip above
 
 from flash_attn.reference import attention_ref  # noqa: E402
-from flash_attn.triton import attention as triton_attention, poison, shared_memory_fit, tuning  # noqa: E402
+from flash_attn.triton import attention as triton_attention, kvcache, poison, shared_memory_fit, tuning  # noqa: E402
 import flash_attn.triton as triton_backend  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -65,7 +65,9 @@ def test_smaller_launches_drop_stages_then_halve_the_larger_block():
 
 def test_smaller_launches_keep_fp8_key_blocks_of_32():
     options = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1, IS_FP8=True)
-    tried = list(shared_memory_fit.smaller_launches(options, shared_memory_fit.ATTENTION_BLOCKS))
+    fp8_blocks = triton_attention._forward_shrinkable(fp8=True, host_described=False)
+    assert triton_attention._forward_shrinkable(fp8=False, host_described=True) == {}
+    tried = list(shared_memory_fit.smaller_launches(options, fp8_blocks))
     assert [_blocks(t) for t in tried] == [(32, 64, 4, 1), (32, 32, 4, 1), (16, 32, 4, 1)]
 
 
@@ -74,7 +76,7 @@ def test_smaller_launches_keep_fixed_blocks():
     stages = shared_memory_fit.DEFAULT_STAGES
     assert list(shared_memory_fit.smaller_launches(options)) == [{**options, "num_stages": fewer}
                                                                  for fewer in range(stages - 1, 0, -1)]
-    keys_only = list(shared_memory_fit.smaller_launches(options, ("BLOCK_N",)))
+    keys_only = list(shared_memory_fit.smaller_launches(options, kvcache.KVCACHE_SHRINKABLE))
     assert [_blocks(t)[:2] for t in keys_only[stages - 1::stages]] == [(64, 32), (64, 16)]
     assert all(t["BLOCK_M"] == 64 and t["BLOCK_D"] == 128 for t in keys_only)
 

@@ -1,8 +1,8 @@
 """Issue #9's fp8 target, measured: the Triton backend's fp8 e4m3 forward against its bf16 forward
 (target: >= 1.3x at head dim 128, seqlen >= 4k), over a handful of forward tiles in one process.
 16 heads of head dim 128 (--headdim another), 16k tokens, seqlen 4k / 8k / 16k, non-causal and
-causal; do_bench median, L2 flushed per run; TFLOP/s of the forward (the fp8 time includes the copy of V into the
-keys-contiguous layout and the descale stack that every fp8 call makes).
+causal; do_bench median, L2 flushed per run; TFLOP/s of the forward (the fp8 time includes the copy
+of V into the keys-contiguous layout and the descale stack that every fp8 call makes).
 
     FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE python benchmarks/experiments/triton_fp8_speed.py
 

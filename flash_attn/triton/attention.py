@@ -132,8 +132,9 @@ def _fp8_tile(right_window, seqlen_k, host_descriptors=False):
 # the 64 x 64 pair, H200, 16 heads x 16k tokens, 1k-4k, two rounds in one process: causal -5 to -9%,
 # non-causal -10% (NOTES.md v49 item 3). dQ keeps 64 x 64 with 4 warps: of six other dQ tiles only
 # 64 x 32 was ahead anywhere (-2% at 1k causal; +7% at 4k non-causal; v49 item 2).
-# Since session 24 the hd 128 forward takes 128 x 128 with 8 warps and 3 stages (96 KB of shared memory
-# on sm_90, 64 KB on sm_80 / sm_86 per Triton 3.6's offline compile): against 128 x 64, alternating in
+# Since session 24 the hd 128 forward takes 128 x 128 with 8 warps and 3 stages (224 KB of shared memory
+# on sm_90, 160 KB on sm_80 / sm_89 per Triton 3.6's offline compile, NOTES.md v50 item 2; an earlier
+# note here said 96 / 64 KB): against 128 x 64, alternating in
 # one process on an H200, 1.05-1.09x non-causal and 1.01-1.07x causal at 4k / 16k (NOTES.md "Triton
 # backend (#9), session 24"); 128 x 128 with 2 stages ran 0.92-0.93x. Only Hopper has run these tiles.
 # Head dims 129-256 (block_d 256, session 29, the same sweep as FP8_WIDE_HEAD_TILE's, bf16, 4k keys):
@@ -358,8 +359,8 @@ def _rng_state_arg(rng_state, dropout, unread):
 # tl.dot's input_precision in every kernel (their DOT_PRECISION): fp32 inputs multiply in full fp32,
 # not TF32, as the fp32 path is for accuracy. 16-bit and fp8 operands ignore it on NVIDIA GPUs (Triton
 # 3.6 for sm_90, offline: the same SASS with "tf32" for nine forward / dK dV / dQ kernels of bf16, fp16
-# and fp8; NOTES.md v50 item 3), but Triton's MI200 (gfx90a) backend refuses "tf32" outright, which had
-# kept every kernel from compiling there until session 45.
+# and fp8 and three split-KV ones; NOTES.md v50 item 3), but Triton's MI200 (gfx90a) backend refuses
+# "tf32" outright, which had kept every kernel from compiling there until session 45.
 DOT_PRECISION = "ieee"
 
 
@@ -586,7 +587,7 @@ class _ForwardPlan:
         self.options = dict(IS_FP8=fp8, INTERPRETER_ROUNDING=fp8 and tuning.interpreting(),
                             DESCRIPTORS=descriptors, GROUPED=grouped, **pr.meta(fixed), fixed_blocks=fixed,
                             bound=_bound_launch(pr.varlen),
-                            shrinkable=() if self.host_described else shared_memory_fit.ATTENTION_BLOCKS)
+                            shrinkable=_forward_shrinkable(fp8, self.host_described))
         self.copy_launch = _bound_launch(pr.varlen) if fp8 else None  # of V's keys-contiguous copy
 
     def run(self, q, k, v, softmax_scale, alibi_slopes, cu_seqlens_q, cu_seqlens_k, rng_state, descales):
@@ -618,6 +619,21 @@ class _ForwardPlan:
             *self.lse_strides, slope_stride, *descale_strides, *self.tail_before_scale, float(softmax_scale),
             *self.tail_after_scale, self.pairs_per_group, **self.options)
         return out, lse
+
+
+# An fp8 forward's key block halves no further than this where the GPU's shared memory refuses its
+# tile (shared_memory_fit): P.V reduces over BLOCK_N keys in 8-bit operands, 32 at least on NVIDIA GPUs.
+FP8_SMALLEST_KEY_BLOCK = 32
+
+
+def _forward_shrinkable(fp8, host_described):
+    """The forward's blocks that may halve where the GPU refuses its tile, by smallest size: none on
+    host-made descriptors (their block shapes are the tile's), else both (the grid follows them)."""
+    if host_described:
+        return {}
+    if fp8:
+        return {**shared_memory_fit.ATTENTION_BLOCKS, "BLOCK_N": FP8_SMALLEST_KEY_BLOCK}
+    return shared_memory_fit.ATTENTION_BLOCKS
 
 
 # The forward's schedule (kernels._scheduled_query_block): (head, batch) pairs run in groups whose K and

@@ -123,10 +123,9 @@ def _visible(i, j, seqlen_q, seqlen_k, left, right, LEFT_BOUNDED: tl.constexpr, 
     logic: the keys each query sees (the last one clipped to the sequence's last key), or with
     BOUNDS_BY_KEY (the dK / dV walk, whose keys are fixed) the queries that see each key (none for a
     key past the sequence). An unbounded side (-1) becomes a bound no index reaches by arithmetic,
-    not by a branch. The former
-    form, three compares a score with the left one under a runtime `if`, compiled to 848
-    instructions a step in the masked loop of the hd 128 8-warp forward tile against 479 now (360
-    unmasked), most of them LOP3 / SEL packing predicates (Triton 3.6, sm_90, offline;
+    not by a branch. The former form, three compares a score with the left one under a runtime `if`,
+    compiled to 848 instructions a step in the masked loop of the hd 128 8-warp forward tile against
+    479 now (360 unmasked), most of them LOP3 / SEL packing predicates (Triton 3.6, sm_90, offline;
     benchmarks/NOTES.md v48)."""
     no_bound = 1 << 30
     right_reach = tl.where(right >= 0, right, no_bound)

@@ -13,7 +13,7 @@ import torch
 import triton
 
 from ..reference_kvcache import cache_capacity
-from . import poison, tuning
+from . import poison, shared_memory_fit, tuning
 from .attention import (DOT_PRECISION, MAX_GRID_YZ, check_grid_dims, check_offsets, check_tensors,
                         within_offset_limit)
 from .kvcache_kernels import kvcache_append_kernel, kvcache_attention_kernel, kvcache_combine_kernel
@@ -32,7 +32,7 @@ _attention_kernel = tuning.Launcher(kvcache_attention_kernel, tuning.KVCACHE_TIL
 # Where the GPU refuses the attention kernel's tile for shared memory (shared_memory_fit), its key
 # block may halve: the kernel splits the keys in blocks of BLOCK_N at run time, and a split the host
 # counted in larger blocks may then hold more of them or none. BLOCK_M fixes the grid: it stays.
-KVCACHE_SHRINKABLE = ("BLOCK_N",)
+KVCACHE_SHRINKABLE = {"BLOCK_N": shared_memory_fit.SMALLEST_BLOCK}
 
 
 def _blocks(seqlen_q, block_d):

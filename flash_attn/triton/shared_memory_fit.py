@@ -25,35 +25,35 @@ except ImportError:  # a Triton without it refuses nothing this way
 
 from .direct_launch import launch_kernel
 
-# Blocks are halved down to tl.dot's smallest side, 16 (fp32 dK / dV at hd 256 on sm_89 fits only
-# below 32 x 32: 132 KB there with 1 or 2 stages), but an fp8 forward's (IS_FP8) BLOCK_N to 32: its
-# P.V reduces over BLOCK_N keys in 8-bit operands, 32 at least on NVIDIA GPUs.
+# A halved block stops at tl.dot's smallest side, 16 (fp32 dK / dV at hd 256 on sm_89 fits only below
+# 32 x 32: 132 KB there with 1 or 2 stages), unless the caller names a larger smallest size.
 SMALLEST_BLOCK = 16
-SMALLEST_FP8_KEY_BLOCK = 32
 HALVED_TILE_WARPS = 4  # the portable tiles' warps: a halved tile runs at most these
 DEFAULT_STAGES = 2 if torch.version.hip else 3  # Triton's num_stages where a launch names none (HIP's, CUDA's)
 
-# The blocks of the attention kernels (forward, dK / dV, dQ), both of which their grids follow.
-ATTENTION_BLOCKS = ("BLOCK_M", "BLOCK_N")
+# The blocks of the attention kernels (forward, dK / dV, dQ), both of which their grids follow, by
+# their smallest size.
+ATTENTION_BLOCKS = {"BLOCK_M": SMALLEST_BLOCK, "BLOCK_N": SMALLEST_BLOCK}
 
-_fitted = {}  # (kernel, device, the refused options' items) -> the options that loaded
+# kernel -> {(device, the refused options' items): the options that loaded}; a kernel appears only
+# once a GPU refused one of its launches, so that the others skip building the key
+_fitted = {}
 
 
-def smaller_launches(options, shrinkable=()):
+def smaller_launches(options, shrinkable=None):
     """The launch options to try, in order, after `options` was refused: the same blocks with fewer
-    stages (down to 1); then the larger of the shrinkable blocks (names among ATTENTION_BLOCKS whose
-    size the grid follows or the kernel reads at run time, and no host-made descriptor fixes) halved,
-    BLOCK_M on a tie, while one is above its smallest (SMALLEST_BLOCK; an fp8 forward's BLOCK_N
-    SMALLEST_FP8_KEY_BLOCK), each at most HALVED_TILE_WARPS warps, without a register cap, again from
-    the original stages down."""
+    stages (down to 1); then the larger of the shrinkable blocks ({name: smallest size} of the blocks
+    whose size the grid follows or the kernel reads at run time, and that no host-made descriptor
+    fixes) halved, BLOCK_M on a tie, while one is above its smallest, each at most HALVED_TILE_WARPS
+    warps, without a register cap, again from the original stages down."""
+    shrinkable = shrinkable or {}
     stages = options.get("num_stages", DEFAULT_STAGES)
     for fewer in range(stages - 1, 0, -1):
         yield {**options, "num_stages": fewer}
-    smallest = dict(BLOCK_M=SMALLEST_BLOCK, BLOCK_N=SMALLEST_FP8_KEY_BLOCK if options.get("IS_FP8") else SMALLEST_BLOCK)
     blocks = dict(options)
     blocks.pop("maxnreg", None)
     while True:
-        halvable = [name for name in shrinkable if blocks[name] > smallest[name]]
+        halvable = [name for name, smallest in shrinkable.items() if blocks[name] > smallest]
         if not halvable:
             return
         larger = max(halvable, key=lambda name: (blocks[name], name == "BLOCK_M"))
@@ -63,18 +63,19 @@ def smaller_launches(options, shrinkable=()):
             yield {**blocks, "num_stages": fewer}
 
 
-def _key(kernel, options):
-    """The memo's key of a launch: the kernel, the current GPU and every option."""
+def _key(options):
+    """The memo's key of a launch of one kernel: the current GPU and every option."""
     device = torch.cuda.current_device() if torch.cuda.is_available() else None
-    return kernel, device, tuple(sorted(options.items()))
+    return device, tuple(sorted(options.items()))
 
 
-def launch_fitted(kernel, grid, args, options, bound=None, shrinkable=()):
+def launch_fitted(kernel, grid, args, options, bound=None, shrinkable=None):
     """kernel[grid](*args, **options) through launch_kernel, or where the GPU refuses it for shared
     memory, the first of smaller_launches(options, shrinkable) that it takes (remembered); raises the
     first refusal where none is taken. grid: a function of the launch's meta-parameters wherever a
     block it depends on is shrinkable."""
-    fitted = _fitted.get(_key(kernel, options)) if _fitted else None  # empty unless a GPU refused a launch
+    refused_before = _fitted.get(kernel)
+    fitted = refused_before.get(_key(options)) if refused_before else None
     if fitted is not None:
         launch_kernel(kernel, grid, args, fitted, bound)
         return
@@ -92,7 +93,7 @@ def launch_fitted(kernel, grid, args, options, bound=None, shrinkable=()):
             if not _refused_for_shared_memory(refusal):
                 raise
             continue
-        _fitted[_key(kernel, options)] = smaller
+        _fitted.setdefault(kernel, {})[_key(options)] = smaller
         return
     raise first_refusal
 

@@ -188,13 +188,13 @@ class Launcher:
         self.tuned = triton.autotune(configs=[tile.config() for tile in tiles], key=list(key),
                                      prune_configs_by={"early_config_prune": _fitting}, do_bench=_bench)(kernel)
 
-    def __call__(self, grid, *args, fixed_blocks, bound=None, shrinkable=(), **meta):
+    def __call__(self, grid, *args, fixed_blocks, bound=None, shrinkable=None, **meta):
         """grid: a function of the launch's meta-parameters (BLOCK_M / BLOCK_N included) wherever a
         block it depends on is shrinkable; fixed_blocks: the blocks of the untuned launch (and where the
         host names them, its num_warps and num_stages), which the autotuner chooses itself, and which
         shrink where the GPU's shared memory refuses them (shared_memory_fit: fewer stages, then the
-        shrinkable blocks halved); bound: the calling plan's direct_launch.BoundLaunch of this kernel,
-        if it has one (untuned launches only)."""
+        shrinkable blocks, {name: smallest size}, halved); bound: the calling plan's
+        direct_launch.BoundLaunch of this kernel, if it has one (untuned launches only)."""
         if enabled():
             self.tuned[grid](*args, **meta)
         else:
